@@ -1,0 +1,28 @@
+// Execution-space macros: the same queue code compiles for CUDA kernels and CPU threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GV_HOST_DEVICE __host__ __device__ __forceinline__
+#define GV_DEVICE __device__ __forceinline__
+#define GV_HOST __host__ inline
+#else
+#define GV_HOST_DEVICE inline
+#define GV_DEVICE inline
+#define GV_HOST inline
+#endif
+
+// True while compiling device code (the __CUDA_ARCH__ pass of nvcc).
+#if defined(__CUDA_ARCH__)
+#define GV_DEVICE_CODE 1
+#else
+#define GV_DEVICE_CODE 0
+#endif
+
+namespace gv {
+/// Library version, bumped with every change of the out-of-band record formats.
+inline constexpr uint32_t kVersionMajor = 0;
+inline constexpr uint32_t kVersionMinor = 1;
+}  // namespace gv

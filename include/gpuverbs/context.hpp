@@ -1,0 +1,65 @@
+// Context: an opened RDMA backend (the software device, a ConnectX, or a verbs device).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gpuverbs/device/queue_pair_device.cuh"
+#include "gpuverbs/errors.hpp"
+
+namespace gv {
+
+/// Which engine executes work requests.
+enum class Backend {
+    Auto,   ///< mlx5 when a ConnectX with GPU doorbells is usable, else soft
+    Soft,   ///< the software RDMA device (any machine)
+    Mlx5,   ///< a ConnectX NIC driven through its mlx5 queues
+    Verbs,  ///< any libibverbs device through a CPU proxy
+};
+
+const char* backend_name(Backend b);
+
+/// Where a queue (WQE ring, CQE ring, doorbell records) lives.
+enum class MemoryKind {
+    Default,  ///< GPU memory when the context executes on a GPU, else host memory
+    Host,     ///< pinned host memory (CPU threads can post and poll; GPUs reach it mapped)
+    Device,   ///< GPU memory (fastest for kernels; CPU threads cannot touch it)
+};
+
+struct ContextOptions {
+    Backend backend = Backend::Auto;
+    /// GPU the software device executes on: -1 = CPU threads only, -2 = GPU 0 when CUDA
+    /// and a GPU are present, else CPU threads.
+    int gpu = -2;
+    /// Device name for mlx5 / verbs (empty: the first suitable one).
+    std::string device;
+};
+
+/// An opened backend. Cheap to copy (shared ownership); objects created from it keep it
+/// alive.
+class Context {
+public:
+    explicit Context(const ContextOptions& options = {});
+    ~Context();
+    Context(const Context&) = default;
+    Context& operator=(const Context&) = default;
+
+    Backend backend() const;
+    /// GPU the work executes on, or -1 for CPU threads.
+    int gpu() const;
+    /// Human-readable name of the opened device ("soft-cpu", "soft-gpu0", "mlx5_0").
+    std::string name() const;
+    /// True when the library was built with CUDA support.
+    static bool cuda_built();
+    /// Number of CUDA GPUs visible (0 without CUDA).
+    static int gpu_count();
+
+    struct Impl;
+    Impl* impl() const { return impl_.get(); }
+    std::shared_ptr<Impl> shared_impl() const { return impl_; }
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace gv

@@ -1,0 +1,194 @@
+// Scoped atomics and fences usable from CUDA kernels and CPU threads alike.
+//
+// Every flag that one agent writes and another polls (WQE publication, doorbell
+// records, CQE owner bytes, executor locks) goes through these helpers, never through
+// plain or `volatile` accesses: DESIGN.md records a kernel that never saw another
+// kernel's plain store to a host-mapped flag.
+//
+// `sys` selects system scope (memory that a CPU thread, another process or a NIC also
+// reads); otherwise device (GPU) scope. On the CPU the scope is irrelevant.
+#pragma once
+
+#include "gpuverbs/config.hpp"
+
+#include <ctime>
+
+#if defined(__CUDACC__)
+#include <cuda/atomic>
+#endif
+
+namespace gv::atom {
+
+#if defined(__CUDACC__)
+template <typename T>
+using sys_ref = cuda::atomic_ref<T, cuda::thread_scope_system>;
+template <typename T>
+using gpu_ref = cuda::atomic_ref<T, cuda::thread_scope_device>;
+#endif
+
+template <typename T>
+GV_HOST_DEVICE T load_acquire(const T* p, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_acquire);
+    return gpu_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_acquire);
+#else
+    (void)sys;
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE T load_relaxed(const T* p, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_relaxed);
+    return gpu_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_relaxed);
+#else
+    (void)sys;
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE void store_release(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) sys_ref<T>(*p).store(v, cuda::memory_order_release);
+    else gpu_ref<T>(*p).store(v, cuda::memory_order_release);
+#else
+    (void)sys;
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE void store_relaxed(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) sys_ref<T>(*p).store(v, cuda::memory_order_relaxed);
+    else gpu_ref<T>(*p).store(v, cuda::memory_order_relaxed);
+#else
+    (void)sys;
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE T fetch_add(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+#else
+    (void)sys;
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
+    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
+#else
+    (void)sys;
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
+    return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
+#else
+    (void)sys;
+    T cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_ACQ_REL,
+                                                   __ATOMIC_RELAXED)) {
+    }
+    return cur;
+#endif
+}
+
+/// Compare-and-swap with acquire-release ordering; returns true when it swapped and
+/// leaves the value seen in `expected` otherwise.
+template <typename T>
+GV_HOST_DEVICE bool cas(T* p, T& expected, T desired, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).compare_exchange_strong(expected, desired,
+                                                           cuda::memory_order_acq_rel);
+    return gpu_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
+#else
+    (void)sys;
+    return __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+#endif
+}
+
+template <typename T>
+GV_HOST_DEVICE T exchange(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).exchange(v, cuda::memory_order_acq_rel);
+    return gpu_ref<T>(*p).exchange(v, cuda::memory_order_acq_rel);
+#else
+    (void)sys;
+    return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+#endif
+}
+
+/// Release fence: earlier stores of this thread become visible before later ones.
+GV_HOST_DEVICE void fence_release(bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+    else cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_device);
+#else
+    (void)sys;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+GV_HOST_DEVICE void fence_acquire(bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+    else cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+#else
+    (void)sys;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
+/// Sequentially consistent fence (store->load ordering, as a lock hand-off needs).
+GV_HOST_DEVICE void fence_seq_cst(bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+    else cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_device);
+#else
+    (void)sys;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+/// A pause inside a spin loop.
+GV_HOST_DEVICE void relax() {
+#if GV_DEVICE_CODE
+    __nanosleep(32);
+#elif defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/// Monotonic nanoseconds (device: %globaltimer; host: steady clock).
+GV_HOST_DEVICE uint64_t now_ns();
+
+}  // namespace gv::atom
+
+namespace gv::atom {
+GV_HOST_DEVICE uint64_t now_ns() {
+#if GV_DEVICE_CODE
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+#endif
+}
+}  // namespace gv::atom

@@ -1,0 +1,111 @@
+// Device handle of a completion queue, and polling it from kernels or CPU threads.
+#pragma once
+
+#include <type_traits>
+
+#include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/device/status.cuh"
+#include "gpuverbs/mlx5/cqe.cuh"
+#include "gpuverbs/soft/state.cuh"
+
+namespace gv::dev {
+
+/// Where a poller reports completed send / receive WQEs, so that posters may reuse their
+/// queue slots (one entry per QP using this CQ, found by QP number).
+struct CqQpSlot {
+    uint32_t qpn;  ///< 0: empty
+    uint32_t sq_log_bb;
+    uint8_t* sq;                       ///< to read a completed WQE's size
+    unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
+    unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
+};
+
+/// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
+struct CqHandle {
+    mlx5_cqe64* cqes;
+    uint32_t* dbrec;
+    unsigned long long* ci;  ///< consumer index shared by every poller
+    CqQpSlot* slots;
+    uint32_t* overrun;       ///< software device: set once completions were lost (else null)
+    uint32_t log_cnt;
+    uint32_t slot_mask;
+    uint32_t sys;            ///< the ring is host memory or a NIC writes it
+    uint32_t cqn;
+};
+static_assert(std::is_trivially_copyable_v<CqHandle>);
+
+GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
+    if (!cq.slots) return nullptr;
+    for (uint32_t i = 0; i <= cq.slot_mask; ++i) {
+        const CqQpSlot* s = &cq.slots[(qpn + i) & cq.slot_mask];
+        if (s->qpn == qpn) return s;
+        if (s->qpn == 0) return nullptr;
+    }
+    return nullptr;
+}
+
+/// Frees the queue slots up to and including the WQE a completion reports.
+GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
+    const CqQpSlot* s = cq_find_slot(cq, c.qpn);
+    if (!s) return;
+    if (c.is_recv()) {
+        if (!s->rq_retired) return;
+        // Rebuild the 64-bit position from the 16-bit counter: the completed entry lies
+        // less than 2^16 entries past the oldest unretired one.
+        unsigned long long r = atom::load_acquire(s->rq_retired);
+        unsigned long long pos = r + ((uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff);
+        atom::fetch_max(s->rq_retired, pos + 1);
+    } else {
+        if (!s->sq_retired) return;
+        unsigned long long r = atom::load_acquire(s->sq_retired);
+        unsigned long long pos = r + ((uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff);
+        // The WQE is not retired yet, so its slot still holds its ctrl segment.
+        uint64_t ring = 64ull << s->sq_log_bb;
+        auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(s->sq + ((pos * 64) & (ring - 1)));
+        uint32_t ds = mlx5::read_ctrl_seg(ctrl).ds;
+        atom::fetch_max(s->sq_retired, pos + (ds ? mlx5::ds_to_bbs(ds) : 1));
+    }
+}
+
+/// Publishes the consumer index in the doorbell record, never moving it backwards when
+/// several pollers race (24-bit field, compared modulo 2^24).
+GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
+    uint32_t* rec = &cq.dbrec[mlx5::kCqSetCi];
+    uint32_t want = uint32_t(ci) & 0xffffff;
+    uint32_t cur = atom::load_relaxed(rec, cq.sys != 0);
+    for (;;) {
+        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffffff)) & 0xffffff;
+        if (ahead == 0 || ahead >= 0x800000) return;
+        if (atom::cas(rec, cur, mlx5::to_be32(want), cq.sys != 0)) return;
+    }
+}
+
+/// Polls up to `max` completions; returns how many were written to `out`. Thread scope;
+/// any number of threads (and CPU threads) may poll one CQ at once, each completion
+/// going to exactly one of them.
+GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
+    const bool sys = cq.sys != 0;
+    const uint32_t mask = (1u << cq.log_cnt) - 1;
+    uint32_t n = 0;
+    while (n < max) {
+        unsigned long long c = atom::load_acquire(cq.ci, sys);
+        const mlx5_cqe64* cqe = &cq.cqes[c & mask];
+        uint8_t op_own;
+        if (!mlx5::cqe_ready(cqe, c, cq.log_cnt, sys, &op_own)) break;
+        Completion x = mlx5::decode_cqe(cqe, op_own);
+        // Claim it. A failed CAS means another poller took entry c (and the producer may
+        // since have reused the slot), so what we decoded is discarded.
+        if (!atom::cas(cq.ci, c, c + 1, sys)) continue;
+        cq_update_dbrec(cq, c + 1);
+        cq_retire(cq, x);
+        out[n++] = x;
+    }
+    return n;
+}
+
+/// True once the software device lost a completion because this CQ was full.
+GV_HOST_DEVICE bool cq_overrun(const CqHandle& cq) {
+    return cq.overrun && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
+}
+
+}  // namespace gv::dev

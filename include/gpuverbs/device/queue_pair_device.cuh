@@ -1,0 +1,501 @@
+// Device handle of a reliable-connection queue pair and the data-path operations on it:
+// post WRITE / WRITE_IMM / READ / NOP / atomics / RECV, commit (doorbell), poll and wait.
+//
+// Every function is __host__ __device__: a CPU thread posts the very same WQEs a CUDA
+// thread does. Posting here is thread scope in the "strong" form: the library reserves
+// the WQE's position with an atomic, so any number of threads may post to one QP at once.
+#pragma once
+
+#include <type_traits>
+
+#include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/device/completion_queue_device.cuh"
+#include "gpuverbs/device/status.cuh"
+#include "gpuverbs/mlx5/wqe.cuh"
+#include "gpuverbs/soft/exec.cuh"
+
+namespace gv {
+
+/// Which engine executes the WQEs of a queue.
+enum class BackendKind : uint32_t { Soft = 0, Mlx5 = 1, Verbs = 2 };
+
+/// Work-request flags.
+enum : uint32_t {
+    kSignaled = 1u << 0,  ///< produce a completion on success (errors always complete)
+    kFence = 1u << 1,     ///< wait for earlier READs / atomics before executing
+    kSolicited = 1u << 2,
+};
+
+/// Which threads call a collective operation (commit, wait): one thread, the calling
+/// warp's active lanes, or every thread of the block.
+enum class Scope { Thread, Warp, Block };
+
+/// A local buffer of one work request: address, length and the lkey of its region.
+struct Sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+
+namespace dev {
+
+/// Counters shared by every poster of one QP (in the QP's queue memory).
+struct QpCounters {
+    unsigned long long sq_reserved;  ///< WQEBBs handed out to posters
+    unsigned long long sq_ready;     ///< WQEBBs written and published, in order
+    unsigned long long sq_retired;   ///< WQEBBs whose completion was polled (reusable)
+    unsigned long long sq_last;      ///< position of the last published WQE
+    unsigned long long rq_reserved;
+    unsigned long long rq_ready;
+    unsigned long long rq_retired;
+    unsigned long long pad;
+};
+
+/// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
+/// CQs and context) alive while any kernel or thread uses it.
+struct QpHandle {
+    uint8_t* sq;
+    uint8_t* rq;
+    uint32_t* dbrec;
+    uint64_t* uar;  ///< ConnectX doorbell register (mlx5 backend)
+    QpCounters* ctr;
+    soft::QpState* soft;  ///< software device state (soft backend), else null
+    /// Host-side doorbell of a software device that executes on a GPU: CPU threads cannot
+    /// run its executor, so they ask for a launch. what: 0 send queue, 1 receive queue.
+    void (*host_doorbell)(void* ctx, uint32_t what);
+    void* host_ctx;
+    CqHandle scq;
+    CqHandle rcq;
+    uint32_t qpn;
+    uint32_t sq_log_bb;
+    uint32_t rq_log_cnt;
+    uint32_t rq_log_stride;
+    uint32_t max_inline;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t sys;        ///< queues in host memory, or a NIC reads them: system scope
+    BackendKind backend;
+    uint32_t soft_on_host;  ///< the software device's state is host memory (CPU executors)
+};
+static_assert(std::is_trivially_copyable_v<QpHandle>);
+
+// ---- positions ------------------------------------------------------------------------
+
+GV_HOST_DEVICE uint8_t* sq_seg(const QpHandle& qp, unsigned long long pos_bb, uint32_t k) {
+    uint64_t ring = 64ull << qp.sq_log_bb;
+    // A WQE that runs past the ring's end continues at its start, as on mlx5.
+    return qp.sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
+}
+
+/// Reserves `bbs` WQEBBs; waits (up to timeout_ns) while the ring lacks room. Completions
+/// must be polled (by anyone) for slots to be freed. On Timeout nothing is reserved.
+GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long long* pos,
+                                 uint64_t timeout_ns) {
+    const unsigned long long ring = 1ull << qp.sq_log_bb;
+    if (bbs > ring) return Status::InvalidArgument;
+    uint64_t start = 0;
+    for (;;) {
+        unsigned long long r = atom::load_relaxed(&qp.ctr->sq_reserved, qp.sys != 0);
+        unsigned long long retired = atom::load_acquire(&qp.ctr->sq_retired, qp.sys != 0);
+        if (r + bbs - retired <= ring) {
+            // Acquire on success: the slot's previous WQE is retired before we overwrite it.
+            if (atom::cas(&qp.ctr->sq_reserved, r, r + bbs, qp.sys != 0)) {
+                *pos = r;
+                return Status::Ok;
+            }
+            continue;
+        }
+        if (timeout_ns != kWaitForever) {
+            uint64_t now = atom::now_ns();
+            if (!start) start = now;
+            else if (now - start > timeout_ns) return Status::Timeout;
+        }
+        atom::relax();
+    }
+}
+
+/// Publishes WQEBBs [pos, pos+bbs) once all earlier reservations are published, so the
+/// published prefix never contains a hole. Earlier reservers are running threads that
+/// only write their WQE before publishing, so this wait always ends.
+GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs) {
+    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != pos) atom::relax();
+    atom::store_relaxed(&qp.ctr->sq_last, pos, qp.sys != 0);
+    // Release: our WQE bytes (and sq_last) are visible to whoever acquires sq_ready.
+    atom::store_release(&qp.ctr->sq_ready, pos + bbs, qp.sys != 0);
+}
+
+GV_HOST_DEVICE uint8_t fm_ce_se(uint32_t flags) {
+    return uint8_t(((flags & kSignaled) ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
+                   ((flags & kFence) ? MLX5_WQE_CTRL_FENCE : 0) |
+                   ((flags & kSolicited) ? MLX5_WQE_CTRL_SOLICITED : 0));
+}
+
+// ---- WQE builders (write one WQE at a reserved position) -------------------------------
+
+/// RDMA WRITE / WRITE_IMM / READ / SEND / SEND_IMM with a gather (scatter for READ) list.
+/// Returns the ds count. Zero-length entries are skipped, as rdma-core does.
+GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
+                                      uint32_t flags, uint32_t imm_be, uint64_t raddr,
+                                      uint32_t rkey, const Sge* sg, uint32_t n) {
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
+                      opcode == MLX5_OPCODE_RDMA_READ;
+    uint32_t k = 1;
+    if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, k++)), raddr, rkey);
+    for (uint32_t i = 0; i < n; ++i) {
+        if (!sg[i].length) continue;
+        mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, k++)), sg[i].length,
+                           sg[i].lkey, sg[i].addr);
+    }
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
+                       0, qp.qpn, fm_ce_se(flags), uint8_t(k), 0, imm_be);
+    return k;
+}
+
+GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
+    uint32_t k = (opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM) ? 1 : 2;
+    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
+    return k;
+}
+
+/// Posts one WQE with a gather/scatter list (thread scope, strong).
+GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,
+                               uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
+                               uint64_t timeout_ns = kWaitForever) {
+    if (n > qp.max_send_sge) return Status::InvalidArgument;
+    uint32_t ds = sge_wqe_ds(opcode, sg, n);
+    uint32_t bbs = mlx5::ds_to_bbs(ds);
+    unsigned long long pos;
+    Status st = sq_reserve(qp, bbs, &pos, timeout_ns);
+    if (st != Status::Ok) return st;
+    build_sge_wqe(qp, pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
+    sq_publish(qp, pos, bbs);
+    return Status::Ok;
+}
+
+/// RDMA WRITE of [laddr, laddr+len) (lkey) to raddr (rkey) on the peer.
+GV_HOST_DEVICE Status write(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                            uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
+                            uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge(qp, MLX5_OPCODE_RDMA_WRITE, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+}
+
+/// RDMA WRITE with immediate: also consumes a receive on the peer, whose completion
+/// carries `imm` and the byte count.
+GV_HOST_DEVICE Status write_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                                uint64_t raddr, uint32_t rkey, uint32_t imm,
+                                uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge(qp, MLX5_OPCODE_RDMA_WRITE_IMM, &s, 1, raddr, rkey, imm, flags, timeout_ns);
+}
+
+/// RDMA READ of the peer's [raddr, raddr+len) (rkey) into [laddr, laddr+len) (lkey).
+GV_HOST_DEVICE Status read(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
+                           uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
+                           uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge(qp, MLX5_OPCODE_RDMA_READ, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+}
+
+/// SEND of [laddr, laddr+len) into the peer's next posted receive.
+GV_HOST_DEVICE Status send(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                           uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge(qp, MLX5_OPCODE_SEND, &s, 1, 0, 0, 0, flags, timeout_ns);
+}
+
+GV_HOST_DEVICE Status send_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                               uint32_t imm, uint32_t flags = kSignaled,
+                               uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge(qp, MLX5_OPCODE_SEND_IMM, &s, 1, 0, 0, imm, flags, timeout_ns);
+}
+
+/// A NOP WQE (completes in order; useful to signal the end of unsignaled work).
+GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
+                          uint64_t timeout_ns = kWaitForever) {
+    unsigned long long pos;
+    Status st = sq_reserve(qp, 1, &pos, timeout_ns);
+    if (st != Status::Ok) return st;
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos),
+                       MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
+    sq_publish(qp, pos, 1);
+    return Status::Ok;
+}
+
+/// Inline RDMA WRITE / SEND: the payload travels inside the WQE (len <= max_inline).
+GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void* data, uint32_t len,
+                                  uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
+                                  uint64_t timeout_ns = kWaitForever) {
+    if (len > qp.max_inline) return Status::InvalidArgument;
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
+    uint32_t k = rdma ? 2 : 1;
+    uint32_t ds = k + mlx5::inline_ds(len);
+    if (ds > mlx5::kMaxDs) return Status::InvalidArgument;
+    uint32_t bbs = mlx5::ds_to_bbs(ds);
+    unsigned long long pos;
+    Status st = sq_reserve(qp, bbs, &pos, timeout_ns);
+    if (st != Status::Ok) return st;
+    if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
+    mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
+    const auto* src = static_cast<const uint8_t*>(data);
+    uint64_t ring = 64ull << qp.sq_log_bb;
+    uint64_t off = (pos * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
+    for (uint32_t i = 0; i < len; ++i) qp.sq[(off + i) & (ring - 1)] = src[i];
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
+                       0, qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
+    sq_publish(qp, pos, bbs);
+    return Status::Ok;
+}
+
+GV_HOST_DEVICE Status write_inline(const QpHandle& qp, const void* data, uint32_t len, uint64_t raddr,
+                                   uint32_t rkey, uint32_t flags = kSignaled,
+                                   uint64_t timeout_ns = kWaitForever) {
+    return post_inline(qp, MLX5_OPCODE_RDMA_WRITE, data, len, raddr, rkey, 0, flags, timeout_ns);
+}
+
+GV_HOST_DEVICE Status send_inline(const QpHandle& qp, const void* data, uint32_t len,
+                                  uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    return post_inline(qp, MLX5_OPCODE_SEND, data, len, 0, 0, 0, flags, timeout_ns);
+}
+
+/// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add
+/// (opcode MLX5_OPCODE_ATOMIC_FA) or compare-and-swap (MLX5_OPCODE_ATOMIC_CS). The old
+/// value lands in [laddr, laddr+8) (lkey, local-write access).
+GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* laddr, uint32_t lkey,
+                                  uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+                                  uint64_t compare, uint32_t flags = kSignaled,
+                                  uint64_t timeout_ns = kWaitForever) {
+    unsigned long long pos;
+    Status st = sq_reserve(qp, 1, &pos, timeout_ns);
+    if (st != Status::Ok) return st;
+    mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
+    mlx5::set_atomic_seg(reinterpret_cast<mlx5_wqe_atomic_seg*>(sq_seg(qp, pos, 2)), swap_add, compare);
+    mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
+                       reinterpret_cast<uint64_t>(laddr));
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
+                       qp.qpn, fm_ce_se(flags), 4, 0, 0);
+    sq_publish(qp, pos, 1);
+    return Status::Ok;
+}
+
+GV_HOST_DEVICE Status fetch_add(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
+                                uint32_t rkey, uint64_t add, uint32_t flags = kSignaled,
+                                uint64_t timeout_ns = kWaitForever) {
+    return post_atomic(qp, MLX5_OPCODE_ATOMIC_FA, laddr, lkey, raddr, rkey, add, 0, flags, timeout_ns);
+}
+
+GV_HOST_DEVICE Status compare_swap(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
+                                   uint32_t rkey, uint64_t compare, uint64_t swap,
+                                   uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    return post_atomic(qp, MLX5_OPCODE_ATOMIC_CS, laddr, lkey, raddr, rkey, swap, compare, flags,
+                       timeout_ns);
+}
+
+// ---- doorbell ---------------------------------------------------------------------------
+
+/// Moves the send doorbell record forward to `ready`, never backwards when committers
+/// race (16-bit field compared modulo 2^16; rings hold at most 2^15 WQEBBs).
+GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready) {
+    uint32_t* rec = &qp.dbrec[MLX5_SND_DBR];
+    uint32_t want = uint32_t(ready) & 0xffff;
+    uint32_t cur = atom::load_relaxed(rec, qp.sys != 0);
+    for (;;) {
+        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffff)) & 0xffff;
+        if (ahead == 0 || ahead >= 0x8000) return;
+        // acq_rel CAS: everything published up to `ready` is visible before the record.
+        if (atom::cas(rec, cur, mlx5::to_be32(want), qp.sys != 0)) return;
+    }
+}
+
+/// Rings the doorbell for everything published so far. Scope says who calls: one thread,
+/// all active lanes of the warp, or every thread of the block. On the software device the
+/// calling group executes the QP's published WQEs (cooperatively, in order) unless another
+/// group is already doing so, so call commit with the widest scope you have.
+/// Returns QpNotReady before RTS and QpError in ERROR (work then completes flushed).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status commit(const QpHandle& qp) {
+#if GV_DEVICE_CODE
+    // Every WQE the group published before the call is included.
+    bool lead = true;
+    if constexpr (S == Scope::Warp) {
+        soft::WarpGroup g;
+        g.sync();
+        lead = g.leader();
+    }
+    if constexpr (S == Scope::Block) {
+        soft::BlockGroup g;
+        g.sync();
+        lead = g.leader();
+    }
+#else
+    static_assert(S == Scope::Thread, "CPU threads commit at thread scope");
+    const bool lead = true;
+#endif
+    if (lead) sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0));
+    if (qp.backend == BackendKind::Mlx5) {
+        if (lead && qp.uar) {
+            unsigned long long last = atom::load_acquire(&qp.ctr->sq_last, qp.sys != 0);
+            mlx5::ring_uar(qp.uar, reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(qp, last, 0)));
+        }
+        return Status::Ok;
+    }
+    if (qp.backend != BackendKind::Soft) return Status::Ok;
+#if !GV_DEVICE_CODE
+    if (!qp.soft_on_host) {
+        qp.host_doorbell(qp.host_ctx, 0);
+        return Status::Ok;
+    }
+#endif
+    uint32_t state;
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Warp) {
+        soft::WarpGroup g;
+        soft::progress(qp.soft, g);
+    } else if constexpr (S == Scope::Block) {
+        soft::BlockGroup g;
+        soft::progress(qp.soft, g);
+    } else {
+        soft::progress(qp.soft, soft::ThreadGroup{});
+    }
+#else
+    soft::progress(qp.soft, soft::ThreadGroup{});
+#endif
+    state = atom::load_acquire(&qp.soft->state);
+    if (state == soft::kErr) return Status::QpError;
+    if (state != soft::kRts && state != soft::kSqd) return Status::QpNotReady;
+    return Status::Ok;
+}
+
+// ---- receive queue ----------------------------------------------------------------------
+
+/// Posts a receive of up to n buffers (n <= max_recv_sge) and updates the receive doorbell
+/// record (mlx5 has no receive doorbell beyond it). Thread scope, strong.
+GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
+                                uint64_t timeout_ns = kWaitForever) {
+    if (n > qp.max_recv_sge) return Status::InvalidArgument;
+    const unsigned long long ring = 1ull << qp.rq_log_cnt;
+    unsigned long long pos;
+    uint64_t start = 0;
+    for (;;) {
+        unsigned long long r = atom::load_relaxed(&qp.ctr->rq_reserved, qp.sys != 0);
+        unsigned long long retired = atom::load_acquire(&qp.ctr->rq_retired, qp.sys != 0);
+        if (r + 1 - retired <= ring) {
+            if (atom::cas(&qp.ctr->rq_reserved, r, r + 1, qp.sys != 0)) {
+                pos = r;
+                break;
+            }
+            continue;
+        }
+        if (timeout_ns != kWaitForever) {
+            uint64_t now = atom::now_ns();
+            if (!start) start = now;
+            else if (now - start > timeout_ns) return Status::Timeout;
+        }
+        atom::relax();
+    }
+    auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.rq + ((pos & (ring - 1)) << qp.rq_log_stride));
+    const uint32_t cap = (1u << qp.rq_log_stride) / 16;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        if (!sg[i].length) continue;
+        mlx5::set_data_seg(&ds[k++], sg[i].length, sg[i].lkey, sg[i].addr);
+    }
+    if (k < cap) mlx5::set_data_seg(&ds[k], 0, MLX5_INVALID_LKEY, 0);  // end of list
+    while (atom::load_acquire(&qp.ctr->rq_ready, qp.sys != 0) != pos) atom::relax();
+    atom::store_release(&qp.ctr->rq_ready, pos + 1, qp.sys != 0);
+    // Monotonic receive doorbell record, as for the send queue.
+    uint32_t* rec = &qp.dbrec[MLX5_RCV_DBR];
+    uint32_t want = uint32_t(pos + 1) & 0xffff;
+    uint32_t cur = atom::load_relaxed(rec, qp.sys != 0);
+    for (;;) {
+        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffff)) & 0xffff;
+        if (ahead == 0 || ahead >= 0x8000) break;
+        if (atom::cas(rec, cur, mlx5::to_be32(want), qp.sys != 0)) break;
+    }
+    if (qp.backend != BackendKind::Soft) return Status::Ok;
+#if !GV_DEVICE_CODE
+    if (!qp.soft_on_host) {
+        qp.host_doorbell(qp.host_ctx, 1);
+        return Status::Ok;
+    }
+#endif
+    // A receive can unblock a sender waiting under RNR rules, and in ERROR it is flushed.
+    atom::fence_seq_cst();
+    if (atom::load_acquire(&qp.soft->state) == soft::kErr) soft::flush_rq(qp.soft);
+    soft::QpState* peer = qp.soft->remote;
+    if (peer && atom::load_acquire(&peer->rnr_waiting)) soft::progress(peer, soft::ThreadGroup{});
+    return Status::Ok;
+}
+
+GV_HOST_DEVICE Status recv(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
+                           uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_recv(qp, &s, 1, timeout_ns);
+}
+
+// ---- completions ------------------------------------------------------------------------
+
+/// Drives the software device for a waiter: retries a send waiting for a receive (RNR),
+/// flushes a QP in ERROR. Cheap when there is nothing to do.
+GV_HOST_DEVICE void drive(const QpHandle& qp) {
+    if (qp.backend != BackendKind::Soft) return;
+#if !GV_DEVICE_CODE
+    if (!qp.soft_on_host) return;
+#endif
+    if (soft::needs_progress(qp.soft)) {
+        soft::progress(qp.soft, soft::ThreadGroup{});
+        if (atom::load_acquire(&qp.soft->state) == soft::kErr) soft::flush_rq(qp.soft);
+    }
+}
+
+/// Waits until n completions were polled from cq (into out[0..n) when out is not null),
+/// driving qp meanwhile. Thread scope. Returns Ok, CompletionError (all n were polled and
+/// at least one failed: inspect out), CqOverrun, or Timeout; *polled gets the count.
+GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n, Completion* out,
+                              uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
+    uint32_t got = 0;
+    bool failed = false;
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    while (got < n) {
+        Completion tmp[8];
+        Completion* dst = out ? out + got : tmp;
+        uint32_t want = out ? n - got : (n - got < 8 ? n - got : 8);
+        uint32_t k = poll_cq(cq, dst, want);
+        for (uint32_t i = 0; i < k; ++i) failed |= !dst[i].ok();
+        got += k;
+        if (k) continue;
+        if (cq_overrun(cq)) {
+            if (polled) *polled = got;
+            return Status::CqOverrun;
+        }
+        drive(qp);
+        if (timeout_ns != kWaitForever && (++spins & 63) == 0) {
+            uint64_t now = atom::now_ns();
+            if (!start) start = now;
+            else if (now - start > timeout_ns) {
+                if (polled) *polled = got;
+                return Status::Timeout;
+            }
+        }
+        atom::relax();
+    }
+    if (polled) *polled = got;
+    return failed ? Status::CompletionError : Status::Ok;
+}
+
+/// Waits for n completions on the QP's send CQ.
+GV_HOST_DEVICE Status wait_send(const QpHandle& qp, uint32_t n, Completion* out = nullptr,
+                                uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
+    return wait_cq(qp, qp.scq, n, out, timeout_ns, polled);
+}
+
+/// Waits for n completions on the QP's receive CQ.
+GV_HOST_DEVICE Status wait_recv(const QpHandle& qp, uint32_t n, Completion* out = nullptr,
+                                uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
+    return wait_cq(qp, qp.rcq, n, out, timeout_ns, polled);
+}
+
+}  // namespace dev
+}  // namespace gv

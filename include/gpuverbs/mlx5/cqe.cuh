@@ -1,0 +1,114 @@
+// The mlx5 completion layer: 64-byte CQEs with an owner bit, decoded into a Completion.
+#pragma once
+
+#include <infiniband/mlx5dv.h>
+
+#include "gpuverbs/mlx5/wqe.cuh"
+
+namespace gv {
+
+/// A decoded completion, the same for every backend.
+struct Completion {
+    uint8_t status;      ///< 0 on success, else the mlx5 syndrome (MLX5_CQE_SYNDROME_*).
+    uint8_t vendor_err;  ///< vendor syndrome of an error CQE.
+    uint8_t cqe_opcode;  ///< MLX5_CQE_REQ, MLX5_CQE_RESP_*, MLX5_CQE_REQ_ERR, ...
+    uint8_t wqe_opcode;  ///< for requester completions: the WQE opcode (MLX5_OPCODE_*)
+    uint16_t wqe_counter;  ///< WQE index (send) or receive-queue index (receive)
+    uint16_t reserved;
+    uint32_t qpn;        ///< the local QP the completion belongs to
+    uint32_t byte_len;   ///< bytes received (receive completions)
+    uint32_t imm;        ///< immediate data, host order (RESP_WR_IMM / RESP_SEND_IMM)
+    GV_HOST_DEVICE bool ok() const { return status == 0; }
+    GV_HOST_DEVICE bool is_recv() const {
+        return cqe_opcode == MLX5_CQE_RESP_WR_IMM || cqe_opcode == MLX5_CQE_RESP_SEND ||
+               cqe_opcode == MLX5_CQE_RESP_SEND_IMM || cqe_opcode == MLX5_CQE_RESP_SEND_INV ||
+               cqe_opcode == MLX5_CQE_RESP_ERR;
+    }
+};
+
+namespace mlx5 {
+
+static_assert(sizeof(mlx5_cqe64) == 64, "CQE is 64 bytes");
+static_assert(sizeof(mlx5_err_cqe) == 64, "error CQE is 64 bytes");
+static_assert(offsetof(mlx5_cqe64, op_own) == 63, "op_own is the CQE's last byte");
+
+inline constexpr uint32_t kCqeSize = 64;
+/// Index of the consumer-index word in a CQ doorbell record (the arm word follows). These
+/// two come from rdma-core's provider-internal mlx5.h (MLX5_CQ_SET_CI, MLX5_CQ_ARM_DB);
+/// mlx5dv.h does not export them.
+inline constexpr int kCqSetCi = 0;
+inline constexpr int kCqArmDb = 1;
+
+GV_HOST_DEVICE uint8_t cqe_opcode(uint8_t op_own) { return op_own >> 4; }
+
+/// The owner value a CQE at consumer index `ci` carries once the producer wrote it:
+/// it flips on every pass over the ring, so the previous pass's entries read as stale.
+GV_HOST_DEVICE uint8_t sw_owner(uint32_t ci, uint32_t log_cnt) {
+    return uint8_t((ci >> log_cnt) & 1);
+}
+
+/// Reads op_own with acquire ordering (the producer releases it last), and says whether
+/// the CQE at `ci` holds a new completion.
+GV_HOST_DEVICE bool cqe_ready(const mlx5_cqe64* cqe, uint32_t ci, uint32_t log_cnt, bool sys,
+                              uint8_t* op_own_out) {
+    // op_own is the last byte of the CQE; read the aligned word holding it.
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(cqe) + 15;
+    uint32_t v = atom::load_acquire(w, sys);
+    uint8_t op_own = uint8_t(v >> 24);
+    *op_own_out = op_own;
+    return cqe_opcode(op_own) != MLX5_CQE_INVALID &&
+           (op_own & MLX5_CQE_OWNER_MASK) == sw_owner(ci, log_cnt);
+}
+
+/// Decodes a CQE that cqe_ready() accepted.
+GV_HOST_DEVICE Completion decode_cqe(const mlx5_cqe64* cqe, uint8_t op_own) {
+    Completion c{};
+    c.cqe_opcode = cqe_opcode(op_own);
+    c.wqe_counter = from_be16(cqe->wqe_counter);
+    if (c.cqe_opcode == MLX5_CQE_REQ_ERR || c.cqe_opcode == MLX5_CQE_RESP_ERR) {
+        const auto* e = reinterpret_cast<const mlx5_err_cqe*>(cqe);
+        c.status = e->syndrome;
+        c.vendor_err = e->vendor_err_synd;
+        uint32_t s = from_be32(e->s_wqe_opcode_qpn);
+        c.wqe_opcode = uint8_t(s >> 24);
+        c.qpn = s & 0xffffff;
+        if (c.status == 0) c.status = 0xff;  // an error CQE never reads as success
+        return c;
+    }
+    uint32_t sdq = from_be32(cqe->sop_drop_qpn);
+    c.qpn = sdq & 0xffffff;
+    if (c.cqe_opcode == MLX5_CQE_REQ) c.wqe_opcode = uint8_t(sdq >> 24);
+    c.byte_len = from_be32(cqe->byte_cnt);
+    c.imm = from_be32(cqe->imm_inval_pkey);
+    return c;
+}
+
+/// Consumer index update in the CQ doorbell record (dbrec[kCqSetCi]): tells the
+/// producer these entries may be overwritten. Release: our reads of the CQEs happen first.
+GV_HOST_DEVICE void update_cq_dbrec(uint32_t* dbrec, uint32_t ci, bool sys) {
+    atom::store_release(&dbrec[kCqSetCi], to_be32(ci & 0xffffff), sys);
+}
+
+/// Readable name of a CQE syndrome.
+GV_HOST_DEVICE const char* syndrome_name(uint8_t s) {
+    switch (s) {
+        case 0: return "SUCCESS";
+        case MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR: return "LOCAL_LENGTH_ERR";
+        case MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR: return "LOCAL_QP_OP_ERR";
+        case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR: return "LOCAL_PROT_ERR";
+        case MLX5_CQE_SYNDROME_WR_FLUSH_ERR: return "WR_FLUSH_ERR";
+        case MLX5_CQE_SYNDROME_MW_BIND_ERR: return "MW_BIND_ERR";
+        case MLX5_CQE_SYNDROME_BAD_RESP_ERR: return "BAD_RESP_ERR";
+        case MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR: return "LOCAL_ACCESS_ERR";
+        case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR: return "REMOTE_INVAL_REQ_ERR";
+        case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR: return "REMOTE_ACCESS_ERR";
+        case MLX5_CQE_SYNDROME_REMOTE_OP_ERR: return "REMOTE_OP_ERR";
+        case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR: return "TRANSPORT_RETRY_EXC_ERR";
+        case MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR: return "RNR_RETRY_EXC_ERR";
+        case MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR: return "REMOTE_ABORTED_ERR";
+        default: return "UNKNOWN_SYNDROME";
+    }
+}
+
+}  // namespace mlx5
+}  // namespace gv

@@ -1,0 +1,158 @@
+// The mlx5 work-queue layer: one short inline function per step of posting.
+//
+// Segment layouts and constants come from rdma-core's <infiniband/mlx5dv.h>; nothing
+// here is a hand-written copy of them. Every function is __host__ __device__ so that a
+// CPU thread builds the very same bytes a CUDA thread does. rdma-core's
+// mlx5dv_set_ctrl_seg / mlx5dv_set_data_seg are the oracle (tests/unit/mlx5_conformance).
+#pragma once
+
+#include <infiniband/mlx5dv.h>
+
+#include "gpuverbs/config.hpp"
+#include "gpuverbs/device/atomic.cuh"
+
+namespace gv::mlx5 {
+
+static_assert(sizeof(mlx5_wqe_ctrl_seg) == 16, "ctrl segment is 16 bytes");
+static_assert(sizeof(mlx5_wqe_raddr_seg) == 16, "raddr segment is 16 bytes");
+static_assert(sizeof(mlx5_wqe_data_seg) == 16, "data segment is 16 bytes");
+static_assert(sizeof(mlx5_wqe_atomic_seg) == 16, "atomic segment is 16 bytes");
+static_assert(sizeof(mlx5_wqe_inl_data_seg) == 4, "inline header is 4 bytes");
+
+/// One WQE basic block (WQEBB): the unit of send-queue positions.
+inline constexpr uint32_t kWqeBb = MLX5_SEND_WQE_BB;
+/// One "ds": the 16-byte unit a ctrl segment counts the WQE size in.
+inline constexpr uint32_t kDs = 16;
+/// Largest WQE the layer builds (ds is 6 bits wide): 63 * 16 bytes, i.e. 16 WQEBBs.
+inline constexpr uint32_t kMaxDs = 63;
+
+// ---- byte order ---------------------------------------------------------------------
+GV_HOST_DEVICE uint32_t bswap32(uint32_t x) {
+#if GV_DEVICE_CODE
+    return __byte_perm(x, 0, 0x0123);
+#else
+    return __builtin_bswap32(x);
+#endif
+}
+GV_HOST_DEVICE uint16_t bswap16(uint16_t x) { return uint16_t((x >> 8) | (x << 8)); }
+GV_HOST_DEVICE uint64_t bswap64(uint64_t x) {
+    return (uint64_t(bswap32(uint32_t(x))) << 32) | bswap32(uint32_t(x >> 32));
+}
+// All mlx5 multi-byte fields are big-endian; hosts and GPUs here are little-endian.
+GV_HOST_DEVICE uint32_t to_be32(uint32_t x) { return bswap32(x); }
+GV_HOST_DEVICE uint16_t to_be16(uint16_t x) { return bswap16(x); }
+GV_HOST_DEVICE uint64_t to_be64(uint64_t x) { return bswap64(x); }
+GV_HOST_DEVICE uint32_t from_be32(uint32_t x) { return bswap32(x); }
+GV_HOST_DEVICE uint16_t from_be16(uint16_t x) { return bswap16(x); }
+GV_HOST_DEVICE uint64_t from_be64(uint64_t x) { return bswap64(x); }
+
+// ---- segments -----------------------------------------------------------------------
+
+/// Writes a ctrl segment: the same bytes as mlx5dv_set_ctrl_seg(), plus a zeroed
+/// reserved field (one 16-byte store instead of four partial ones).
+GV_HOST_DEVICE void set_ctrl_seg(mlx5_wqe_ctrl_seg* seg, uint16_t pi, uint8_t opcode,
+                                 uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se, uint8_t ds,
+                                 uint8_t signature, uint32_t imm_be) {
+    uint32_t w[4];
+    w[0] = to_be32((uint32_t(opmod) << 24) | (uint32_t(pi) << 8) | opcode);
+    w[1] = to_be32((qpn << 8) | ds);
+    // Little-endian word 2 = bytes {signature, dci_stream_channel_id (2), fm_ce_se}.
+    w[2] = uint32_t(signature) | (uint32_t(fm_ce_se) << 24);
+    w[3] = imm_be;  // the caller passes the immediate already in wire order, as rdma-core
+    auto* dst = reinterpret_cast<uint32_t*>(seg);
+    dst[0] = w[0];
+    dst[1] = w[1];
+    dst[2] = w[2];
+    dst[3] = w[3];
+}
+
+/// Writes a data (scatter/gather) segment: the bytes of mlx5dv_set_data_seg().
+GV_HOST_DEVICE void set_data_seg(mlx5_wqe_data_seg* seg, uint32_t length, uint32_t lkey,
+                                 uint64_t addr) {
+    seg->byte_count = to_be32(length);
+    seg->lkey = to_be32(lkey);
+    seg->addr = to_be64(addr);
+}
+
+GV_HOST_DEVICE void set_raddr_seg(mlx5_wqe_raddr_seg* seg, uint64_t raddr, uint32_t rkey) {
+    seg->raddr = to_be64(raddr);
+    seg->rkey = to_be32(rkey);
+    seg->reserved = 0;
+}
+
+GV_HOST_DEVICE void set_atomic_seg(mlx5_wqe_atomic_seg* seg, uint64_t swap_add,
+                                   uint64_t compare) {
+    seg->swap_add = to_be64(swap_add);
+    seg->compare = to_be64(compare);
+}
+
+/// Inline data header; the payload follows it directly in the WQE.
+GV_HOST_DEVICE void set_inline_hdr(mlx5_wqe_inl_data_seg* seg, uint32_t length) {
+    seg->byte_count = to_be32(length | MLX5_INLINE_SEG);
+}
+
+/// ds count of an inline payload of `len` bytes (4-byte header + payload, 16-byte units).
+GV_HOST_DEVICE uint32_t inline_ds(uint32_t len) { return (4 + len + kDs - 1) / kDs; }
+
+/// WQEBBs a WQE of `ds` 16-byte units occupies.
+GV_HOST_DEVICE uint32_t ds_to_bbs(uint32_t ds) { return (ds * kDs + kWqeBb - 1) / kWqeBb; }
+
+// ---- decoding a posted WQE (used by the software device and by tests) ---------------
+struct CtrlFields {
+    uint8_t opcode;
+    uint8_t opmod;
+    uint16_t wqe_index;
+    uint32_t qpn;
+    uint8_t ds;
+    uint8_t fm_ce_se;
+    uint8_t signature;
+    uint32_t imm_be;
+};
+
+GV_HOST_DEVICE CtrlFields read_ctrl_seg(const mlx5_wqe_ctrl_seg* seg) {
+    const auto* w = reinterpret_cast<const uint32_t*>(seg);
+    uint32_t w0 = from_be32(w[0]), w1 = from_be32(w[1]), w2 = w[2];
+    CtrlFields c;
+    c.opcode = uint8_t(w0 & 0xff);
+    c.wqe_index = uint16_t((w0 >> 8) & 0xffff);
+    c.opmod = uint8_t(w0 >> 24);
+    c.qpn = w1 >> 8;
+    c.ds = uint8_t(w1 & 0x3f);
+    c.signature = uint8_t(w2 & 0xff);
+    c.fm_ce_se = uint8_t(w2 >> 24);
+    c.imm_be = w[3];
+    return c;
+}
+
+// ---- doorbells ----------------------------------------------------------------------
+
+/// Publishes the send-queue producer index in the doorbell record (dbrec[MLX5_SND_DBR]).
+/// Release: every WQE byte written before becomes visible to whoever reads the record
+/// (the NIC fetches WQEs after reading it; the software device acquires it).
+GV_HOST_DEVICE void update_sq_dbrec(uint32_t* dbrec, uint32_t pi, bool sys) {
+    atom::store_release(&dbrec[MLX5_SND_DBR], to_be32(pi & 0xffff), sys);
+}
+
+/// Publishes the receive-queue producer index (dbrec[MLX5_RCV_DBR]).
+GV_HOST_DEVICE void update_rq_dbrec(uint32_t* dbrec, uint32_t pi, bool sys) {
+    atom::store_release(&dbrec[MLX5_RCV_DBR], to_be32(pi & 0xffff), sys);
+}
+
+GV_HOST_DEVICE uint32_t read_sq_dbrec(const uint32_t* dbrec, bool sys) {
+    return from_be32(atom::load_acquire(&dbrec[MLX5_SND_DBR], sys)) & 0xffff;
+}
+GV_HOST_DEVICE uint32_t read_rq_dbrec(const uint32_t* dbrec, bool sys) {
+    return from_be32(atom::load_acquire(&dbrec[MLX5_RCV_DBR], sys)) & 0xffff;
+}
+
+/// Rings a ConnectX doorbell: the first 8 bytes of the last WQE's ctrl segment into the
+/// UAR's BlueFlame register. The system-scope fence orders the doorbell record before
+/// the MMIO write, as rdma-core's mmio_wc_start/udma_to_device_barrier do.
+GV_HOST_DEVICE void ring_uar(uint64_t* uar, const mlx5_wqe_ctrl_seg* ctrl) {
+    atom::fence_seq_cst(true);
+    uint64_t v = *reinterpret_cast<const uint64_t*>(ctrl);
+    atom::store_relaxed(uar, v, true);
+    atom::fence_release(true);
+}
+
+}  // namespace gv::mlx5

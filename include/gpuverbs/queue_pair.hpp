@@ -1,0 +1,101 @@
+// QueuePair: a reliable-connection (RC) QP with the verbs state machine
+// RESET -> INIT -> RTR -> RTS (-> SQD) -> ERROR, whose queues kernels drive directly.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "gpuverbs/completion_queue.hpp"
+#include "gpuverbs/memory_region.hpp"
+
+namespace gv {
+
+/// QP states, numbered as enum ibv_qp_state.
+enum class QpState { Reset = 0, Init = 1, Rtr = 2, Rts = 3, Sqd = 4, Sqe = 5, Error = 6 };
+const char* qp_state_name(QpState s);
+
+struct QpOptions {
+    CompletionQueue* send_cq = nullptr;  ///< required
+    CompletionQueue* recv_cq = nullptr;  ///< required
+    uint32_t sq_depth = 256;    ///< WQEs of max_send_sge entries (or max_inline bytes)
+    uint32_t rq_depth = 256;    ///< receive WQEs
+    uint32_t max_send_sge = 1;  ///< 1..8
+    uint32_t max_recv_sge = 1;  ///< 1..8
+    uint32_t max_inline = 64;   ///< bytes of inline payload per WQE, <= 956
+    MemoryKind memory = MemoryKind::Default;
+};
+
+/// What a peer needs to connect to a QP (exchanged out of band).
+struct QpEndpoint {
+    Backend backend = Backend::Soft;
+    uint32_t qpn = 0;
+    uint32_t psn = 0;
+    uint16_t lid = 0;
+    std::array<uint8_t, 16> gid{};
+    uint32_t mtu = 4096;
+    std::string device;  ///< device name, to tell peers on other devices apart
+};
+
+struct InitAttr {
+    uint32_t access = kRemoteWrite | kRemoteRead | kRemoteAtomic;  ///< what peers may do here
+    uint8_t port = 1;
+};
+
+struct RtrAttr {
+    uint32_t remote_qpn = 0;
+    uint32_t rq_psn = 0;         ///< 24 bits
+    uint32_t path_mtu = 4096;    ///< 256, 512, 1024, 2048 or 4096
+    uint32_t max_dest_rd_atomic = 16;  ///< 0..16
+    uint32_t min_rnr_timer = 12;  ///< 0..31, IB encoding (12 = 0.64 ms)
+    uint16_t dlid = 0;
+    std::array<uint8_t, 16> dgid{};
+};
+
+struct RtsAttr {
+    uint32_t sq_psn = 0;      ///< 24 bits
+    uint32_t timeout = 14;    ///< 0..31 (4.096 us * 2^timeout)
+    uint32_t retry_cnt = 7;   ///< 0..7
+    uint32_t rnr_retry = 7;   ///< 0..7, 7 = forever
+    uint32_t max_rd_atomic = 16;  ///< 0..16
+};
+
+class QueuePair {
+public:
+    QueuePair(const ProtectionDomain& pd, const QpOptions& options);
+    ~QueuePair();
+    QueuePair(QueuePair&&) noexcept;
+    QueuePair& operator=(QueuePair&&) noexcept;
+
+    uint32_t qpn() const;
+    QpState state() const;
+    /// Syndrome that moved the QP to ERROR (0 when the user moved it there or it is not).
+    uint8_t error_syndrome() const;
+
+    void to_init(const InitAttr& attr = {});
+    void to_rtr(const RtrAttr& attr);
+    void to_rts(const RtsAttr& attr = {});
+    /// Moves to ERROR: outstanding work completes with WR_FLUSH_ERR.
+    void to_error();
+    /// Back to RESET: queues emptied, counters cleared.
+    void reset();
+
+    QpEndpoint endpoint() const;
+    /// INIT -> RTR -> RTS against a peer's endpoint, with default attributes.
+    void connect(const QpEndpoint& peer, const InitAttr& init = {}, RtrAttr rtr = {},
+                 const RtsAttr& rts = {});
+
+    using DeviceHandle = dev::QpHandle;
+    /// Handle for kernels and CPU threads. Keep the QueuePair alive while it is used.
+    DeviceHandle device_handle() const;
+
+    const QpOptions& options() const;
+
+    struct Impl;
+    Impl* impl() const { return impl_.get(); }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gv

@@ -1,0 +1,589 @@
+// The software RDMA device's executor: consumes mlx5 WQEs exactly as a ConnectX would.
+//
+// Written once for CUDA thread groups and CPU threads. Whoever rings a QP's doorbell
+// (commits) tries to take the QP's execution lock; the holder drains every WQE published
+// on the QP in order, then re-checks for work published while it held the lock, so two
+// committers never reorder a QP and no published WQE is left behind. The group's leader
+// parses and validates each WQE and fills a copy plan; every thread of the group copies
+// its share; a fence and a group barrier separate consecutive WQEs (RC ordering).
+#pragma once
+
+#include <cstring>
+
+#include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/mlx5/cqe.cuh"
+#include "gpuverbs/mlx5/wqe.cuh"
+#include "gpuverbs/soft/state.cuh"
+
+namespace gv::soft {
+
+// ---- execution groups ---------------------------------------------------------------
+
+/// One thread executes alone (a CPU thread, or a CUDA thread that commits by itself).
+struct ThreadGroup {
+    GV_HOST_DEVICE uint32_t rank() const { return 0; }
+    GV_HOST_DEVICE uint32_t size() const { return 1; }
+    GV_HOST_DEVICE bool leader() const { return true; }
+    GV_HOST_DEVICE void sync() const {}
+    GV_HOST_DEVICE uint64_t bcast(uint64_t v) const { return v; }
+};
+
+#if defined(__CUDACC__)
+/// The active lanes of a warp execute together; the lowest active lane leads.
+struct WarpGroup {
+    unsigned mask;
+    uint32_t r, n, lead;
+    __device__ WarpGroup() {
+        mask = __activemask();
+        uint32_t lane = threadIdx.x & 31;  // lanes are numbered within the warp
+        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+        r = __popc(mask & ((1u << lane) - 1));
+        n = __popc(mask);
+        lead = __ffs(mask) - 1;
+    }
+    __device__ uint32_t rank() const { return r; }
+    __device__ uint32_t size() const { return n; }
+    __device__ bool leader() const { return r == 0; }
+    __device__ void sync() const { __syncwarp(mask); }
+    __device__ uint64_t bcast(uint64_t v) const {
+        // __syncwarp orders the leader's earlier memory writes (the plan) before the
+        // other lanes' reads; the shuffle alone does not.
+        __syncwarp(mask);
+        return __shfl_sync(mask, (unsigned long long)v, lead);
+    }
+};
+
+/// Every thread of the block executes together; thread 0 leads.
+struct BlockGroup {
+    __device__ uint32_t rank() const {
+        return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    }
+    __device__ uint32_t size() const { return blockDim.x * blockDim.y * blockDim.z; }
+    __device__ bool leader() const { return rank() == 0; }
+    __device__ void sync() const { __syncthreads(); }
+    __device__ uint64_t bcast(uint64_t v) const {
+        __shared__ unsigned long long slot;
+        __syncthreads();  // earlier readers of slot are done
+        if (leader()) slot = v;
+        __syncthreads();  // also orders the leader's plan writes before everyone's reads
+        return slot;
+    }
+};
+#endif
+
+// ---- cooperative copy ---------------------------------------------------------------
+
+template <typename T, typename G>
+GV_HOST_DEVICE void copy_words(const G& g, T* d, const T* s, uint64_t n) {
+    const uint64_t step = g.size();
+    uint64_t i = g.rank();
+    // Four independent loads in flight per thread before the stores.
+    for (; i + 3 * step < n; i += 4 * step) {
+        T a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
+        d[i] = a;
+        d[i + step] = b;
+        d[i + 2 * step] = c;
+        d[i + 3 * step] = e;
+    }
+    for (; i < n; i += step) d[i] = s[i];
+}
+
+/// The group copies len bytes from src to dst (executor pointers).
+template <typename G>
+GV_HOST_DEVICE void group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t len) {
+#if GV_DEVICE_CODE
+    auto* d = reinterpret_cast<uint8_t*>(dst);
+    const auto* s = reinterpret_cast<const uint8_t*>(src);
+    uint32_t unit = ((dst ^ src) & 15) == 0 ? 16 : ((dst ^ src) & 7) == 0 ? 8
+                  : ((dst ^ src) & 3) == 0 ? 4 : 1;
+    uint64_t head = (unit - (dst & (unit - 1))) & (unit - 1);
+    if (head > len) head = len;
+    for (uint64_t i = g.rank(); i < head; i += g.size()) d[i] = s[i];
+    d += head;
+    s += head;
+    len -= head;
+    uint64_t words = len / unit;
+    if (unit == 16)
+        copy_words(g, reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(s), words);
+    else if (unit == 8)
+        copy_words(g, reinterpret_cast<uint64_t*>(d), reinterpret_cast<const uint64_t*>(s), words);
+    else if (unit == 4)
+        copy_words(g, reinterpret_cast<uint32_t*>(d), reinterpret_cast<const uint32_t*>(s), words);
+    else
+        copy_words(g, d, s, words);
+    uint64_t done = words * unit;
+    for (uint64_t i = done + g.rank(); i < len; i += g.size()) d[i] = s[i];
+#else
+    (void)g;
+    if (len) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+#endif
+}
+
+// ---- memory-region checks -----------------------------------------------------------
+
+GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
+    uint32_t idx = key >> 8;
+    if (t.entries == nullptr || idx >= t.capacity) return nullptr;
+    const MrEntry* e = &t.entries[idx];
+    if (!atom::load_acquire(&e->valid) || e->key != key) return nullptr;
+    return e;
+}
+
+/// Executor pointer for [addr, addr+len) of key in pd with the access bits needed, or 0.
+/// `sys` receives whether the bytes are host memory.
+GV_HOST_DEVICE uint64_t mr_resolve(const MrTable& t, uint32_t key, uint32_t pd, uint64_t addr,
+                                   uint64_t len, uint32_t need, uint32_t* sys) {
+    const MrEntry* e = mr_lookup(t, key);
+    if (!e || e->pd != pd || (e->access & need) != need) return 0;
+    // Overflow-safe bounds: addr >= start, len <= length, addr - start <= length - len.
+    if (addr < e->addr || len > e->length || addr - e->addr > e->length - len) return 0;
+    if (sys) *sys |= e->sys;
+    uint64_t p = uint64_t(int64_t(addr) + e->xlate);
+    return p ? p : 1;  // never report a valid zero-length range at address 0 as failure
+}
+
+// ---- completions --------------------------------------------------------------------
+
+struct CqeFields {
+    uint8_t cqe_opcode;
+    uint8_t syndrome;
+    uint8_t wqe_opcode;
+    uint16_t wqe_counter;
+    uint32_t qpn;
+    uint32_t byte_cnt;
+    uint32_t imm_be;
+    uint32_t rqpn;
+};
+
+/// Writes one CQE. Returns false when the ring is full (overrun): the completion is
+/// lost, as on a NIC, and the CQ is marked so pollers report it.
+GV_HOST_DEVICE bool cq_push(CqState* cq, const CqeFields& f) {
+    const uint32_t cnt = 1u << cq->log_cnt;
+    // Slot reservation: several executors may complete into one CQ at once.
+    unsigned long long slot = atom::fetch_add(&cq->prod, 1ull);
+    // The consumer publishes how far it has read in the doorbell record (24 bits); the
+    // slot is free when fewer than cnt entries are unread. Differences are taken modulo
+    // 2^24, exact while cnt <= 2^23.
+    uint32_t ci = mlx5::from_be32(atom::load_acquire(&cq->dbrec[mlx5::kCqSetCi], cq->sys != 0)) &
+                  0xffffff;
+    if (((uint32_t(slot) - ci) & 0xffffff) >= cnt) {
+        atom::store_release(cq->overrun, 1u, cq->sys != 0);
+        return false;
+    }
+    uint32_t w[16] = {};
+    if (f.cqe_opcode == MLX5_CQE_REQ_ERR || f.cqe_opcode == MLX5_CQE_RESP_ERR) {
+        mlx5_err_cqe e;
+        std::memset(&e, 0, sizeof(e));
+        e.syndrome = f.syndrome;
+        e.s_wqe_opcode_qpn = mlx5::to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
+        std::memcpy(w, &e, sizeof(e));
+    } else {
+        mlx5_cqe64 c;
+        std::memset(&c, 0, sizeof(c));
+        c.imm_inval_pkey = f.imm_be;
+        c.byte_cnt = mlx5::to_be32(f.byte_cnt);
+        c.sop_drop_qpn = mlx5::to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
+        c.flags_rqpn = mlx5::to_be32(f.rqpn & 0xffffff);
+        std::memcpy(w, &c, sizeof(c));
+    }
+    auto* dst = reinterpret_cast<uint32_t*>(&cq->cqes[slot & (cnt - 1)]);
+    for (int i = 0; i < 15; ++i) atom::store_relaxed(&dst[i], w[i], cq->sys != 0);
+    // The last word holds wqe_counter, signature and op_own. Release: the consumer that
+    // acquires op_own sees the other 60 bytes.
+    uint8_t owner = uint8_t((slot >> cq->log_cnt) & 1);
+    uint8_t op_own = uint8_t((f.cqe_opcode << 4) | owner);
+    uint32_t last = uint32_t(mlx5::to_be16(f.wqe_counter)) | (uint32_t(op_own) << 24);
+    atom::store_release(&dst[15], last, cq->sys != 0);
+    return true;
+}
+
+// ---- receive queue ------------------------------------------------------------------
+
+GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const QpState* q, unsigned long long idx) {
+    uint64_t mask = (1ull << q->rq_log_cnt) - 1;
+    return reinterpret_cast<const mlx5_wqe_data_seg*>(q->rq + ((idx & mask) << q->rq_log_stride));
+}
+
+/// Posted but unconsumed receive WQEs (the producer index is 16 bits in the dbrec).
+GV_HOST_DEVICE uint32_t rq_pending(const QpState* q, unsigned long long ci) {
+    return (mlx5::read_rq_dbrec(q->dbrec, q->sys != 0) - uint32_t(ci)) & 0xffff;
+}
+
+/// Completes every posted receive of a QP in ERROR with WR_FLUSH_ERR.
+GV_HOST_DEVICE void flush_rq(QpState* q) {
+    for (;;) {
+        unsigned long long c = atom::load_acquire(&q->rq_ci);
+        if (rq_pending(q, c) == 0) return;
+        if (!atom::cas(&q->rq_ci, c, c + 1)) continue;
+        CqeFields f{};
+        f.cqe_opcode = MLX5_CQE_RESP_ERR;
+        f.syndrome = MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
+        f.wqe_counter = uint16_t(c);
+        f.qpn = q->qpn;
+        cq_push(q->rcq, f);
+    }
+}
+
+GV_HOST_DEVICE void enter_error(QpState* q, uint32_t syndrome) {
+    uint32_t expect = 0;
+    atom::cas(&q->syndrome, expect, syndrome);
+    atom::store_release(&q->state, uint32_t(kErr));
+    flush_rq(q);
+}
+
+// ---- the send-queue executor --------------------------------------------------------
+
+enum Action : uint32_t {
+    kStop = 0,     ///< nothing (more) to execute now
+    kExecute = 1,  ///< copy the plan's segments, then finish the WQE
+    kRnrWait = 2,  ///< the WQE at sq_ci waits for a receive on the peer
+};
+
+GV_HOST_DEVICE uint8_t* sq_seg(const QpState* q, unsigned long long pos_bb, uint32_t k) {
+    uint64_t ring = 64ull << q->sq_log_bb;
+    return q->sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
+}
+
+GV_HOST_DEVICE Outcome& outcome(QpState* q) { return q->plan.out; }
+
+/// Validates the WQE at sq_ci and plans its data movement. Leader only.
+GV_HOST_DEVICE uint32_t prepare(QpState* q) {
+    Plan& p = q->plan;
+    Outcome o{};
+    p.nseg = 0;
+    p.sys = 0;
+    const bool sys = q->sys != 0;
+    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, sys);
+    unsigned long long ci = q->sq_ci;
+    uint32_t pending = (pi - uint32_t(ci)) & 0xffff;
+    if (pending == 0) return kStop;
+    uint32_t state = atom::load_acquire(&q->state);
+    if (state != kRts && state != kSqd && state != kErr && state != kSqe) return kStop;
+
+    auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(q, ci, 0));
+    mlx5::CtrlFields c = mlx5::read_ctrl_seg(ctrl);
+    o.opcode = c.opcode;
+    o.wqe_index = uint16_t(ci);
+    o.signaled = (c.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 1 : 0;
+    o.bbs = c.ds ? mlx5::ds_to_bbs(c.ds) : 1;
+    o.imm_be = c.imm_be;
+    auto fail = [&](uint8_t syn) -> uint32_t {
+        o.req_syndrome = syn;
+        p.nseg = 0;
+        outcome(q) = o;
+        return kExecute;
+    };
+    if (o.bbs > pending) {
+        o.bbs = 1;
+        return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    }
+    if (state == kErr || state == kSqe) return fail(MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    if (c.wqe_index != uint16_t(ci) || c.qpn != q->qpn || c.ds == 0)
+        return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+
+    const bool rdma = c.opcode == MLX5_OPCODE_RDMA_WRITE || c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
+                      c.opcode == MLX5_OPCODE_RDMA_READ || c.opcode == MLX5_OPCODE_ATOMIC_CS ||
+                      c.opcode == MLX5_OPCODE_ATOMIC_FA;
+    const bool send = c.opcode == MLX5_OPCODE_SEND || c.opcode == MLX5_OPCODE_SEND_IMM;
+    if (c.opcode == MLX5_OPCODE_NOP) {
+        outcome(q) = o;
+        return kExecute;
+    }
+    if (!rdma && !send) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+
+    // Remote end: a QP of ours connected back to this one, ready to receive.
+    QpState* r = q->remote;
+    uint32_t rstate = r ? atom::load_acquire(&r->state) : 0u;
+    if (!r || r->remote != q || (rstate != kRtr && rstate != kRts && rstate != kSqd))
+        return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+
+    uint32_t k = 1;  // next 16-byte unit
+    uint64_t raddr = 0;
+    uint32_t rkey = 0;
+    if (rdma) {
+        if (c.ds < 2) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+        auto* rs = reinterpret_cast<const mlx5_wqe_raddr_seg*>(sq_seg(q, ci, k++));
+        raddr = mlx5::from_be64(rs->raddr);
+        rkey = mlx5::from_be32(rs->rkey);
+    }
+
+    // ---- atomics: one 8-byte operation, done here by the leader ----
+    if (c.opcode == MLX5_OPCODE_ATOMIC_CS || c.opcode == MLX5_OPCODE_ATOMIC_FA) {
+        if (c.ds != 4) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+        auto* as = reinterpret_cast<const mlx5_wqe_atomic_seg*>(sq_seg(q, ci, k++));
+        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(sq_seg(q, ci, k++));
+        uint32_t llen = mlx5::from_be32(ds->byte_count);
+        if (llen != 8) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+        uint32_t lsys = 0;
+        uint64_t lp = mr_resolve(q->local_mrs, mlx5::from_be32(ds->lkey), q->pd,
+                                 mlx5::from_be64(ds->addr), 8, kLocalWrite, &lsys);
+        if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+        if (raddr & 7) return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+        if (!(r->access & kRemoteAtomic)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+        uint32_t rsys = 0;
+        uint64_t rp = mr_resolve(q->remote_mrs, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys);
+        if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+        uint64_t operand = mlx5::from_be64(as->swap_add), compare = mlx5::from_be64(as->compare);
+        auto* target = reinterpret_cast<unsigned long long*>(rp);
+        unsigned long long old;
+        if (c.opcode == MLX5_OPCODE_ATOMIC_FA) {
+            old = atom::fetch_add(target, (unsigned long long)operand, rsys != 0);
+        } else {
+            old = compare;
+            atom::cas(target, old, (unsigned long long)operand, rsys != 0);
+        }
+        std::memcpy(reinterpret_cast<void*>(lp), &old, 8);
+        p.sys = lsys | rsys;
+        o.byte_len = 8;
+        outcome(q) = o;
+        return kExecute;
+    }
+
+    // ---- gather list (or inline payload) of WRITE / SEND, scatter list of READ ----
+    struct Piece {
+        uint64_t ptr, len;
+    } local[kMaxSge + 1];
+    uint32_t nlocal = 0;
+    uint64_t total = 0;
+    const bool is_read = c.opcode == MLX5_OPCODE_RDMA_READ;
+    while (k < c.ds) {
+        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(sq_seg(q, ci, k));
+        uint32_t bc = mlx5::from_be32(ds->byte_count);
+        if (bc & MLX5_INLINE_SEG) {
+            if (is_read || nlocal) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+            uint32_t len = bc & ~uint32_t(MLX5_INLINE_SEG);
+            if (len > q->max_inline) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+            if (mlx5::inline_ds(len) > c.ds - k) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+            // The payload starts 4 bytes into this unit and may wrap past the ring's end.
+            uint64_t ring = 64ull << q->sq_log_bb;
+            uint64_t off = (ci * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
+            uint64_t first = len < ring - off ? len : ring - off;
+            local[nlocal++] = {reinterpret_cast<uint64_t>(q->sq) + off, first};
+            if (first < len) local[nlocal++] = {reinterpret_cast<uint64_t>(q->sq), len - first};
+            p.sys |= q->sys;
+            total = len;
+            k = c.ds;
+            break;
+        }
+        if (nlocal >= kMaxSge) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+        uint64_t len = bc ? bc : 0x80000000ull;  // byte_count 0 means 2 GiB on mlx5
+        uint32_t lkey = mlx5::from_be32(ds->lkey);
+        uint32_t lsys = 0;
+        uint64_t lp = mr_resolve(q->local_mrs, lkey, q->pd, mlx5::from_be64(ds->addr), len,
+                                 is_read ? kLocalWrite : 0u, &lsys);
+        if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+        if (is_read) p.sys |= lsys;
+        local[nlocal++] = {lp, len};
+        total += len;
+        ++k;
+    }
+    if (total > 0x80000000ull) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    o.byte_len = uint32_t(total);
+
+    if (rdma) {
+        uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
+        if (!(r->access & need)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+        uint32_t rsys = 0;
+        uint64_t rp = total ? mr_resolve(q->remote_mrs, rkey, r->pd, raddr, total, need, &rsys) : 1;
+        if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+        if (!is_read) p.sys |= rsys;
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < nlocal; ++i) {
+            if (is_read) p.seg[p.nseg++] = {local[i].ptr, rp + off, local[i].len};
+            else p.seg[p.nseg++] = {rp + off, local[i].ptr, local[i].len};
+            off += local[i].len;
+        }
+    }
+
+    if (c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM || send) {
+        // Consume the peer's next receive WQE, or wait as RNR rules say.
+        unsigned long long rc;
+        for (;;) {
+            rc = atom::load_acquire(&r->rq_ci);
+            if (rq_pending(r, rc) == 0) {
+                if (q->rnr_retry == 0) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+                uint64_t now = atom::now_ns();
+                uint64_t delay = uint64_t(rnr_timer_us(r->min_rnr_timer)) * 1000;
+                if (!q->rnr_waiting) {
+                    q->rnr_waiting = 1;
+                    q->rnr_count = 0;
+                    q->rnr_deadline = now + delay;
+                } else if (now >= q->rnr_deadline) {
+                    if (q->rnr_retry != 7 && ++q->rnr_count > q->rnr_retry) {
+                        q->rnr_waiting = 0;
+                        return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+                    }
+                    q->rnr_deadline = now + delay;
+                }
+                return kRnrWait;
+            }
+            if (atom::cas(&r->rq_ci, rc, rc + 1)) break;
+        }
+        q->rnr_waiting = 0;
+        o.rq_index = uint16_t(rc);
+        o.resp_kind = c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM ? MLX5_CQE_RESP_WR_IMM
+                      : c.opcode == MLX5_OPCODE_SEND_IMM      ? MLX5_CQE_RESP_SEND_IMM
+                                                              : MLX5_CQE_RESP_SEND;
+        if (send) {
+            // Scatter the gather list over the receive WQE's list.
+            const mlx5_wqe_data_seg* rs = rq_wqe(r, rc);
+            const uint32_t cap = (1u << r->rq_log_stride) / 16;
+            uint32_t nr = 0;
+            uint64_t li = 0, loff = 0, placed = 0;
+            while (placed < total && nr < cap) {
+                uint32_t lkey = mlx5::from_be32(rs[nr].lkey);
+                if (lkey == MLX5_INVALID_LKEY) break;
+                uint32_t bc = mlx5::from_be32(rs[nr].byte_count);
+                uint64_t rlen = bc ? bc : 0x80000000ull;
+                uint64_t use = total - placed < rlen ? total - placed : rlen;
+                uint32_t rsys = 0;
+                uint64_t rp = mr_resolve(r->local_mrs, lkey, r->pd, mlx5::from_be64(rs[nr].addr),
+                                         use, kLocalWrite, &rsys);
+                if (!rp) {
+                    o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+                    return fail(MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+                }
+                p.sys |= rsys;
+                uint64_t roff = 0;
+                while (roff < use) {
+                    uint64_t chunk = local[li].len - loff;
+                    if (chunk > use - roff) chunk = use - roff;
+                    if (p.nseg >= kMaxPlanSegs) {
+                        o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+                        return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+                    }
+                    p.seg[p.nseg++] = {rp + roff, local[li].ptr + loff, chunk};
+                    roff += chunk;
+                    loff += chunk;
+                    if (loff == local[li].len) {
+                        ++li;
+                        loff = 0;
+                    }
+                }
+                placed += use;
+                ++nr;
+            }
+            if (placed < total) {
+                o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+                return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+            }
+        }
+    }
+    outcome(q) = o;
+    return kExecute;
+}
+
+/// Completes the WQE prepare() planned, after the group copied its data. Leader only.
+GV_HOST_DEVICE void finish(QpState* q) {
+    Outcome o = outcome(q);
+    QpState* r = q->remote;
+    bool ok = true;
+    if (o.resp_kind && r) {
+        CqeFields f{};
+        f.qpn = r->qpn;
+        f.rqpn = q->qpn;
+        f.wqe_counter = o.rq_index;
+        if (o.resp_syndrome) {
+            f.cqe_opcode = MLX5_CQE_RESP_ERR;
+            f.syndrome = o.resp_syndrome;
+        } else {
+            f.cqe_opcode = o.resp_kind;
+            f.byte_cnt = o.byte_len;
+            f.imm_be = o.imm_be;
+        }
+        if (!cq_push(r->rcq, f) || o.resp_syndrome)
+            enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome)
+                                           : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+    }
+    if (o.req_syndrome || o.signaled) {
+        CqeFields f{};
+        f.qpn = q->qpn;
+        f.wqe_counter = o.wqe_index;
+        f.wqe_opcode = o.opcode;
+        if (o.req_syndrome) {
+            f.cqe_opcode = MLX5_CQE_REQ_ERR;
+            f.syndrome = o.req_syndrome;
+        } else {
+            f.cqe_opcode = MLX5_CQE_REQ;
+            f.byte_cnt = o.byte_len;
+        }
+        ok = cq_push(q->scq, f);
+    }
+    // Only the lock holder advances sq_ci; release so a later holder sees everything.
+    atom::store_release(&q->sq_ci, q->sq_ci + o.bbs);
+    q->executed++;
+    if (o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR)
+        enter_error(q, o.req_syndrome);
+    else if (!ok)
+        enter_error(q, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+}
+
+/// Executes published WQEs until none is left (or one waits for a receive). The calling
+/// group holds the QP's lock.
+template <typename G>
+GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
+    for (;;) {
+        uint32_t act = 0;
+        if (g.leader()) act = prepare(q);
+        act = uint32_t(g.bcast(act));
+        if (act != kExecute) return act;
+        const Plan& p = q->plan;
+        uint32_t nseg = p.nseg;
+        for (uint32_t i = 0; i < nseg; ++i) group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+        // RC ordering: every thread's stores of this WQE are visible (at the scope of
+        // the memory written) before the leader completes it and before any byte of the
+        // next WQE is stored.
+        if (nseg) atom::fence_release(p.sys != 0);
+        g.sync();
+        if (g.leader()) finish(q);
+    }
+}
+
+/// True when the QP has published WQEs that an executor could run now.
+GV_HOST_DEVICE bool has_work(const QpState* q) {
+    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
+    unsigned long long ci = atom::load_acquire(&q->sq_ci);
+    if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
+    uint32_t s = atom::load_acquire(&q->state);
+    if (s != kRts && s != kSqd && s != kErr && s != kSqe) return false;
+    return !atom::load_acquire(&q->rnr_waiting) || atom::now_ns() >= q->rnr_deadline;
+}
+
+/// Runs a QP's published work if no other group is running it. Called by every thread of
+/// the group after the doorbell record was updated.
+template <typename G>
+GV_HOST_DEVICE void progress(QpState* q, const G& g) {
+    for (;;) {
+        uint32_t got = 0;
+        if (g.leader()) {
+            // Dekker hand-off with the releasing holder: our doorbell-record store, then
+            // this full fence, then the lock read; the holder stores the lock, fences,
+            // then reads the record. One of the two sees the other's store.
+            atom::fence_seq_cst();
+            uint32_t expect = 0;
+            got = atom::cas(&q->lock, expect, 1u) ? 1 : 0;
+        }
+        if (!g.bcast(got)) return;  // the holder will run what we published
+        uint32_t why = drain(q, g);
+        uint32_t again = 0;
+        if (g.leader()) {
+            atom::store_release(&q->lock, 0u);
+            atom::fence_seq_cst();
+            again = (why != kRnrWait && has_work(q)) ? 1 : 0;
+        }
+        if (!g.bcast(again)) return;
+    }
+}
+
+/// True when a waiter on this QP should drive it: it waits for a receive on the peer, or
+/// it sits in ERROR with WQEs left to flush.
+GV_HOST_DEVICE bool needs_progress(const QpState* q) {
+    if (atom::load_acquire(&q->rnr_waiting)) return true;
+    uint32_t s = atom::load_acquire(&q->state);
+    if (s != kErr) return false;
+    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
+    return ((pi - uint32_t(atom::load_acquire(&q->sq_ci))) & 0xffff) != 0 ||
+           rq_pending(q, atom::load_acquire(&q->rq_ci)) != 0;
+}
+
+}  // namespace gv::soft

@@ -1,0 +1,142 @@
+#include "core/cuda_rt.hpp"
+
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "gpuverbs/errors.hpp"
+
+#if GV_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gv::detail::cuda {
+
+#if GV_HAVE_CUDA
+
+#define GV_CUDA(call)                                                         \
+    do {                                                                      \
+        cudaError_t e_ = (call);                                              \
+        if (e_ != cudaSuccess) throw_cuda(#call, int(e_), __FILE__, __LINE__); \
+    } while (0)
+
+bool built() { return true; }
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // no driver or no GPU: not an error here
+        return 0;
+    }
+    return n;
+}
+
+void set_device(int gpu) { GV_CUDA(cudaSetDevice(gpu)); }
+
+void* dev_alloc(size_t bytes) {
+    void* p = nullptr;
+    GV_CUDA(cudaMalloc(&p, bytes));
+    memset_device(p, 0, bytes);
+    return p;
+}
+void dev_free(void* p) {
+    if (p) cudaFree(p);
+}
+void* host_alloc(size_t bytes, void** dev) {
+    void* p = nullptr;
+    GV_CUDA(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    GV_CUDA(cudaHostGetDevicePointer(dev, p, 0));
+    std::memset(p, 0, bytes);
+    return p;
+}
+void host_free(void* p) {
+    if (p) cudaFreeHost(p);
+}
+void* stream() {
+    // One per process and device is enough: control copies are small and rare.
+    static thread_local int dev = -1;
+    static cudaStream_t streams[64] = {};
+    static std::mutex mu;
+    GV_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev < 0 || dev >= 64) throw_invalid("GPU index out of range", __FILE__, __LINE__);
+    if (!streams[dev]) GV_CUDA(cudaStreamCreateWithFlags(&streams[dev], cudaStreamNonBlocking));
+    return streams[dev];
+}
+void copy_to_device(void* dst, const void* src, size_t n) {
+    auto s = static_cast<cudaStream_t>(stream());
+    GV_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+    GV_CUDA(cudaStreamSynchronize(s));
+}
+void copy_from_device(void* dst, const void* src, size_t n) {
+    auto s = static_cast<cudaStream_t>(stream());
+    GV_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    GV_CUDA(cudaStreamSynchronize(s));
+}
+void memset_device(void* dst, int v, size_t n) {
+    auto s = static_cast<cudaStream_t>(stream());
+    GV_CUDA(cudaMemsetAsync(dst, v, n, s));
+    GV_CUDA(cudaStreamSynchronize(s));
+}
+
+PtrKind pointer_kind(const void* p, int* gpu) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return PtrKind::Host;
+    }
+    if (gpu) *gpu = a.device;
+    switch (a.type) {
+        case cudaMemoryTypeDevice: return PtrKind::Device;
+        case cudaMemoryTypeManaged: return PtrKind::Managed;
+        case cudaMemoryTypeHost: return PtrKind::PinnedHost;
+        default: return PtrKind::Host;
+    }
+}
+
+bool host_register(void* p, size_t len, void** dev) {
+    cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    bool mine = true;
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+        cudaGetLastError();
+        mine = false;
+    } else if (e != cudaSuccess) {
+        throw_cuda("cudaHostRegister(addr, length, Mapped|Portable)", int(e), __FILE__, __LINE__);
+    }
+    GV_CUDA(cudaHostGetDevicePointer(dev, p, 0));
+    return mine;
+}
+void host_unregister(void* p) { cudaHostUnregister(p); }
+void* host_device_pointer(void* p) {
+    void* d = nullptr;
+    GV_CUDA(cudaHostGetDevicePointer(&d, p, 0));
+    return d;
+}
+void synchronize() { GV_CUDA(cudaDeviceSynchronize()); }
+
+#else  // no CUDA in this build
+
+[[noreturn]] static void no_cuda() {
+    throw NotSupported("gpuverbs was built without CUDA (no nvcc found at configure time)");
+}
+bool built() { return false; }
+int device_count() { return 0; }
+void set_device(int) { no_cuda(); }
+void* dev_alloc(size_t) { no_cuda(); }
+void dev_free(void*) {}
+void* host_alloc(size_t, void**) { no_cuda(); }
+void host_free(void*) {}
+void copy_to_device(void*, const void*, size_t) { no_cuda(); }
+void copy_from_device(void*, const void*, size_t) { no_cuda(); }
+void memset_device(void*, int, size_t) { no_cuda(); }
+PtrKind pointer_kind(const void*, int*) { return PtrKind::Host; }
+bool host_register(void*, size_t, void**) { no_cuda(); }
+void host_unregister(void*) {}
+void* host_device_pointer(void*) { no_cuda(); }
+void synchronize() {}
+void* stream() { return nullptr; }
+DoorbellFn soft_doorbell_fn() { return nullptr; }
+
+#endif
+
+}  // namespace gv::detail::cuda

@@ -1,0 +1,43 @@
+// The few CUDA runtime calls the host side needs, behind one small interface, so that a
+// build without CUDA compiles the same code (each call then throws NotSupported).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gv::detail::cuda {
+
+bool built();
+int device_count();
+void set_device(int gpu);
+
+void* dev_alloc(size_t bytes);
+void dev_free(void* p);
+/// Pinned, mapped host memory; *dev receives the pointer kernels use.
+void* host_alloc(size_t bytes, void** dev);
+void host_free(void* p);
+
+void copy_to_device(void* dst, const void* src, size_t n);
+void copy_from_device(void* dst, const void* src, size_t n);
+void memset_device(void* dst, int v, size_t n);
+
+enum class PtrKind { Host, Device, Managed, PinnedHost };
+/// What kind of memory p is; *gpu receives the owning GPU for Device.
+PtrKind pointer_kind(const void* p, int* gpu);
+/// Makes host memory reachable from the GPU. Returns true when this call registered it
+/// (and so must unregister it); *dev receives the GPU's pointer for p.
+bool host_register(void* p, size_t len, void** dev);
+void host_unregister(void* p);
+/// The GPU pointer of already pinned host memory.
+void* host_device_pointer(void* p);
+
+void synchronize();
+/// The library's own non-blocking stream (control copies and executor launches), so
+/// they never wait for user kernels on the legacy default stream.
+void* stream();
+
+/// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu).
+using DoorbellFn = void (*)(void* qp_state, uint32_t what);
+DoorbellFn soft_doorbell_fn();
+
+}  // namespace gv::detail::cuda

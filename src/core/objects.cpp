@@ -1,0 +1,243 @@
+// The host objects: thin RAII wrappers that route to the context's backend.
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "core/backend.hpp"
+#include "core/cuda_rt.hpp"
+#include "gpuverbs/gpuverbs.hpp"
+
+namespace gv {
+
+using detail::hex;
+
+const char* backend_name(Backend b) {
+    switch (b) {
+        case Backend::Auto: return "auto";
+        case Backend::Soft: return "soft";
+        case Backend::Mlx5: return "mlx5";
+        case Backend::Verbs: return "verbs";
+    }
+    return "?";
+}
+
+const char* qp_state_name(QpState s) {
+    switch (s) {
+        case QpState::Reset: return "RESET";
+        case QpState::Init: return "INIT";
+        case QpState::Rtr: return "RTR";
+        case QpState::Rts: return "RTS";
+        case QpState::Sqd: return "SQD";
+        case QpState::Sqe: return "SQE";
+        case QpState::Error: return "ERROR";
+    }
+    return "?";
+}
+
+// ---- Context ----------------------------------------------------------------------------
+struct Context::Impl {
+    std::unique_ptr<detail::BackendOps> ops;
+};
+
+Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
+    GV_REQUIRE(o.gpu >= -2, "ContextOptions::gpu " + std::to_string(o.gpu) +
+                                " invalid: expected -2 (auto), -1 (CPU threads) or a GPU index");
+    int gpu = o.gpu;
+    if (gpu == -2) gpu = detail::cuda::device_count() > 0 ? 0 : -1;
+    switch (o.backend) {
+        case Backend::Auto:
+            impl_->ops = detail::open_soft(gpu);  // mlx5 GPU queues are not implemented yet
+            break;
+        case Backend::Soft: impl_->ops = detail::open_soft(gpu); break;
+        case Backend::Mlx5: impl_->ops = detail::open_mlx5(o.device, gpu); break;
+        case Backend::Verbs:
+            throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
+                               "in this version; use Backend::Soft");
+    }
+}
+Context::~Context() = default;
+Backend Context::backend() const { return impl_->ops->kind(); }
+int Context::gpu() const { return impl_->ops->gpu(); }
+std::string Context::name() const { return impl_->ops->name(); }
+bool Context::cuda_built() { return detail::cuda::built(); }
+int Context::gpu_count() { return detail::cuda::device_count(); }
+
+// ---- ProtectionDomain -------------------------------------------------------------------
+struct ProtectionDomain::Impl {
+    Context ctx;
+    uint32_t pd;
+};
+
+ProtectionDomain::ProtectionDomain(const Context& ctx)
+    : impl_(std::make_unique<Impl>(Impl{ctx, ctx.impl()->ops->pd_alloc()})) {}
+ProtectionDomain::~ProtectionDomain() {
+    if (impl_) impl_->ctx.impl()->ops->pd_free(impl_->pd);
+}
+ProtectionDomain::ProtectionDomain(ProtectionDomain&&) noexcept = default;
+ProtectionDomain& ProtectionDomain::operator=(ProtectionDomain&&) noexcept = default;
+const Context& ProtectionDomain::context() const { return impl_->ctx; }
+uint32_t ProtectionDomain::handle() const { return impl_->pd; }
+
+// ---- MemoryRegion -----------------------------------------------------------------------
+struct MemoryRegion::Impl {
+    Context ctx;
+    void* addr;
+    size_t length;
+    uint32_t access;
+    detail::MrInfo info;
+};
+
+MemoryRegion::MemoryRegion(const ProtectionDomain& pd, void* addr, size_t length, uint32_t access) {
+    auto info = pd.context().impl()->ops->mr_register(pd.handle(), addr, length, access);
+    impl_ = std::make_unique<Impl>(Impl{pd.context(), addr, length, access, info});
+}
+MemoryRegion::~MemoryRegion() {
+    if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+}
+MemoryRegion::MemoryRegion(MemoryRegion&&) noexcept = default;
+MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
+    if (this != &o) {
+        if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+        impl_ = std::move(o.impl_);
+    }
+    return *this;
+}
+uint32_t MemoryRegion::lkey() const { return impl_->info.key; }
+uint32_t MemoryRegion::rkey() const { return impl_->info.key; }
+void* MemoryRegion::addr() const { return impl_->addr; }
+size_t MemoryRegion::length() const { return impl_->length; }
+uint32_t MemoryRegion::access() const { return impl_->access; }
+bool MemoryRegion::is_device_memory() const { return impl_->info.device_memory; }
+RemoteBuffer MemoryRegion::remote() const {
+    return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.key, impl_->access};
+}
+
+// ---- CompletionQueue --------------------------------------------------------------------
+struct CompletionQueue::Impl {
+    Context ctx;
+    std::unique_ptr<detail::CqBackend> be;
+    std::mutex mu;
+    std::vector<dev::QpHandle> qps;  // driven by host-side waits
+};
+
+CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->ctx = ctx;
+    impl_->be = ctx.impl()->ops->cq_create(o);
+}
+CompletionQueue::~CompletionQueue() = default;
+CompletionQueue::CompletionQueue(CompletionQueue&&) noexcept = default;
+CompletionQueue& CompletionQueue::operator=(CompletionQueue&&) noexcept = default;
+dev::CqHandle CompletionQueue::device_handle() const { return impl_->be->handle(); }
+uint32_t CompletionQueue::depth() const { return impl_->be->depth(); }
+uint32_t CompletionQueue::cqn() const { return impl_->be->handle().cqn; }
+MemoryKind CompletionQueue::memory() const { return impl_->be->memory(); }
+
+std::vector<Completion> CompletionQueue::poll(uint32_t max) {
+    GV_REQUIRE(impl_->be->host_pollable(),
+               "CQ " + std::to_string(cqn()) + " lives in GPU memory: poll it from a kernel, or create "
+               "it with CqOptions::memory = MemoryKind::Host to poll from CPU threads");
+    std::vector<Completion> out(max);
+    auto h = impl_->be->handle();
+    out.resize(dev::poll_cq(h, out.data(), max));
+    return out;
+}
+
+std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, bool allow_errors) {
+    GV_REQUIRE(impl_->be->host_pollable(),
+               "CQ " + std::to_string(cqn()) + " lives in GPU memory: wait on it from a kernel, or create "
+               "it with CqOptions::memory = MemoryKind::Host");
+    std::vector<Completion> out(n);
+    auto h = impl_->be->handle();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    uint32_t got = 0;
+    while (got < n) {
+        uint32_t k = dev::poll_cq(h, out.data() + got, n - got);
+        got += k;
+        if (k) continue;
+        if (dev::cq_overrun(h))
+            throw CompletionError("CQ " + std::to_string(cqn()) + " overran (depth " +
+                                  std::to_string(depth()) + "): completions were lost", 0);
+        {
+            std::lock_guard<std::mutex> lock(impl_->mu);
+            for (auto& q : impl_->qps) dev::drive(q);
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+            throw TimeoutError("CQ " + std::to_string(cqn()) + ": " + std::to_string(got) + " of " +
+                               std::to_string(n) + " completions within " + std::to_string(timeout_ms) + " ms");
+        std::this_thread::yield();
+    }
+    if (!allow_errors) {
+        for (auto& c : out) {
+            if (!c.ok())
+                throw CompletionError(std::string("completion error ") + mlx5::syndrome_name(c.status) +
+                                          " (syndrome " + hex(c.status) + ") on QP " + hex(c.qpn) +
+                                          ", WQE index " + std::to_string(c.wqe_counter),
+                                      c.status);
+        }
+    }
+    return out;
+}
+
+// ---- QueuePair --------------------------------------------------------------------------
+struct QueuePair::Impl {
+    Context ctx;
+    QpOptions opts;
+    std::unique_ptr<detail::QpBackend> be;
+};
+
+QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std::make_unique<Impl>()) {
+    GV_REQUIRE(o.send_cq && o.recv_cq, "QpOptions::send_cq and recv_cq are required");
+    impl_->ctx = pd.context();
+    impl_->opts = o;
+    impl_->be = pd.context().impl()->ops->qp_create(pd.handle(), o, o.send_cq->impl()->be.get(),
+                                                     o.recv_cq->impl()->be.get());
+    auto h = impl_->be->handle();
+    for (CompletionQueue* cq : {o.send_cq, o.recv_cq}) {
+        std::lock_guard<std::mutex> lock(cq->impl()->mu);
+        cq->impl()->qps.push_back(h);
+        if (o.send_cq == o.recv_cq) break;
+    }
+}
+QueuePair::~QueuePair() {
+    if (!impl_) return;
+    uint32_t q = impl_->be->handle().qpn;
+    for (CompletionQueue* cq : {impl_->opts.send_cq, impl_->opts.recv_cq}) {
+        std::lock_guard<std::mutex> lock(cq->impl()->mu);
+        auto& v = cq->impl()->qps;
+        v.erase(std::remove_if(v.begin(), v.end(), [&](const dev::QpHandle& h) { return h.qpn == q; }),
+                v.end());
+    }
+}
+QueuePair::QueuePair(QueuePair&&) noexcept = default;
+QueuePair& QueuePair::operator=(QueuePair&&) noexcept = default;
+
+uint32_t QueuePair::qpn() const { return impl_->be->handle().qpn; }
+QpState QueuePair::state() const { return impl_->be->state(); }
+uint8_t QueuePair::error_syndrome() const { return impl_->be->error_syndrome(); }
+void QueuePair::to_init(const InitAttr& a) { impl_->be->to_init(a); }
+void QueuePair::to_rtr(const RtrAttr& a) { impl_->be->to_rtr(a); }
+void QueuePair::to_rts(const RtsAttr& a) { impl_->be->to_rts(a); }
+void QueuePair::to_error() { impl_->be->to_error(); }
+void QueuePair::reset() { impl_->be->reset(); }
+QpEndpoint QueuePair::endpoint() const { return impl_->be->endpoint(); }
+dev::QpHandle QueuePair::device_handle() const { return impl_->be->handle(); }
+const QpOptions& QueuePair::options() const { return impl_->opts; }
+
+void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rtr, const RtsAttr& rts) {
+    QpEndpoint me = endpoint();
+    GV_REQUIRE(peer.backend == me.backend, std::string("cannot connect a ") + backend_name(me.backend) +
+                                               " QP to a " + backend_name(peer.backend) + " QP");
+    GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    if (state() == QpState::Reset) to_init(init);
+    rtr.remote_qpn = peer.qpn;
+    rtr.rq_psn = peer.psn;
+    rtr.path_mtu = std::min(rtr.path_mtu, peer.mtu);
+    rtr.dlid = peer.lid;
+    rtr.dgid = peer.gid;
+    to_rtr(rtr);
+    to_rts(rts);
+}
+
+}  // namespace gv

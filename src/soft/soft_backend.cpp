@@ -1,0 +1,634 @@
+// Host side of the software RDMA device: allocation of queues and device state,
+// registration, the QP state machine. The data path is in include/gpuverbs/soft/exec.cuh.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/cuda_rt.hpp"
+#include "gpuverbs/soft/exec.cuh"
+
+namespace gv::detail {
+
+using detail::hex;
+namespace {
+
+uint32_t next_pow2(uint64_t v) {
+    uint32_t p = 1;
+    while (p < v) p <<= 1;
+    return p;
+}
+uint32_t log2u(uint32_t v) {
+    uint32_t l = 0;
+    while ((1u << l) < v) ++l;
+    return l;
+}
+
+/// One allocation in queue memory or device-state memory.
+struct Mem {
+    void* host = nullptr;  ///< CPU pointer (null for GPU memory)
+    void* exec = nullptr;  ///< pointer kernels and executors use
+    size_t bytes = 0;
+    bool device = false;
+    bool pinned = false;
+    template <typename T = uint8_t>
+    T* at(size_t off) const {
+        return reinterpret_cast<T*>(static_cast<uint8_t*>(exec) + off);
+    }
+};
+
+class SoftDevice {
+public:
+    explicit SoftDevice(int gpu) : gpu_(gpu) {
+        name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
+        mr_mem_ = alloc(sizeof(soft::MrEntry) * kMrCap, on_gpu());
+        mr_shadow_.resize(kMrCap);
+        mr_tag_.assign(kMrCap, 0);
+        for (uint32_t i = kMrCap - 1; i >= 1; --i) mr_free_.push_back(i);
+        std::random_device rd;
+        next_qpn_ = 0x100 + (rd() & 0xff00);
+    }
+    ~SoftDevice() { release(mr_mem_); }
+
+    static std::shared_ptr<SoftDevice> get(int gpu) {
+        static std::mutex mu;
+        static std::map<int, std::weak_ptr<SoftDevice>> all;
+        std::lock_guard<std::mutex> lock(mu);
+        auto sp = all[gpu].lock();
+        if (!sp) {
+            sp = std::make_shared<SoftDevice>(gpu);
+            all[gpu] = sp;
+        }
+        return sp;
+    }
+
+    bool on_gpu() const { return gpu_ >= 0; }
+    int gpu() const { return gpu_; }
+    const std::string& name() const { return name_; }
+
+    /// Zeroed memory: GPU memory, or host memory (pinned and mapped on a GPU device, so
+    /// kernels reach it at the same address).
+    Mem alloc(size_t bytes, bool device) {
+        Mem m;
+        m.bytes = bytes;
+        m.device = device;
+        if (device) {
+            cuda::set_device(gpu_);
+            m.exec = cuda::dev_alloc(bytes);
+        } else if (on_gpu()) {
+            cuda::set_device(gpu_);
+            void* d = nullptr;
+            m.host = cuda::host_alloc(bytes, &d);
+            m.pinned = true;
+            if (d != m.host) {
+                cuda::host_free(m.host);
+                throw NotSupported("the software device needs unified addressing (pinned host memory "
+                                   "at the same address on CPU and GPU)");
+            }
+            m.exec = d;
+        } else {
+            size_t rounded = (bytes + 4095) & ~size_t(4095);
+            m.host = std::aligned_alloc(4096, rounded);
+            if (!m.host) throw SystemError("aligned_alloc of " + std::to_string(bytes) + " bytes", ENOMEM);
+            std::memset(m.host, 0, rounded);
+            m.exec = m.host;
+        }
+        return m;
+    }
+    void release(Mem& m) {
+        if (m.device) cuda::dev_free(m.exec);
+        else if (m.pinned) cuda::host_free(m.host);
+        else std::free(m.host);
+        m = Mem{};
+    }
+    void write(const Mem& m, size_t off, const void* src, size_t n) {
+        if (m.device) cuda::copy_to_device(m.at(off), src, n);
+        else std::memcpy(m.at(off), src, n);
+    }
+    void read(const Mem& m, size_t off, void* dst, size_t n) const {
+        if (m.device) cuda::copy_from_device(dst, m.at(off), n);
+        else std::memcpy(dst, m.at(off), n);
+    }
+    template <typename T>
+    T read_val(const Mem& m, size_t off) const {
+        T v;
+        read(m, off, &v, sizeof v);
+        return v;
+    }
+    template <typename T>
+    void write_val(const Mem& m, size_t off, T v) {
+        write(m, off, &v, sizeof v);
+    }
+
+    soft::MrTable mr_table() const { return {mr_mem_.at<soft::MrEntry>(0), kMrCap, 0}; }
+
+    uint32_t mr_add(const soft::MrEntry& proto) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (mr_free_.empty())
+            throw InvalidUsage("software device " + name_ + ": all " + std::to_string(kMrCap - 1) +
+                               " memory-region slots are in use; deregister regions first");
+        uint32_t idx = mr_free_.back();
+        mr_free_.pop_back();
+        // The tag changes on every reuse of a slot, so a stale key never matches; it is
+        // never 0, so no key equals MLX5_INVALID_LKEY (0x100).
+        uint8_t tag = uint8_t(mr_tag_[idx] % 255 + 1);
+        mr_tag_[idx] = tag;
+        soft::MrEntry e = proto;
+        e.key = (idx << 8) | tag;
+        e.valid = 1;
+        mr_shadow_[idx] = e;
+        write(mr_mem_, idx * sizeof e, &e, sizeof e);
+        return e.key;
+    }
+    void mr_remove(uint32_t key) {
+        std::lock_guard<std::mutex> lock(mu_);
+        uint32_t idx = key >> 8;
+        if (idx == 0 || idx >= kMrCap || mr_shadow_[idx].key != key || !mr_shadow_[idx].valid) return;
+        mr_shadow_[idx].valid = 0;
+        write_val<uint32_t>(mr_mem_, idx * sizeof(soft::MrEntry) + offsetof(soft::MrEntry, valid), 0);
+        mr_free_.insert(mr_free_.begin(), idx);  // reuse oldest slots last
+    }
+
+    uint32_t alloc_qpn() {
+        std::lock_guard<std::mutex> lock(mu_);
+        uint32_t q;
+        do {
+            q = next_qpn_++ & 0xffffff;
+        } while (q < 2 || qps_.count(q));
+        return q;
+    }
+    struct QpEntry {
+        soft::QpState* exec;
+        Mem* state_mem;
+        uint32_t remote_qpn;  // whom it points to (0 none)
+        uint32_t* remote_set;
+    };
+    void qp_add(uint32_t qpn, soft::QpState* exec, Mem* state_mem) {
+        std::lock_guard<std::mutex> lock(mu_);
+        qps_[qpn] = {exec, state_mem, 0, nullptr};
+    }
+    soft::QpState* qp_find(uint32_t qpn) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = qps_.find(qpn);
+        return it == qps_.end() ? nullptr : it->second.exec;
+    }
+    void qp_link(uint32_t qpn, uint32_t remote_qpn) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = qps_.find(qpn);
+        if (it != qps_.end()) it->second.remote_qpn = remote_qpn;
+    }
+    /// Forgets a QP and unlinks every QP that points at it, so no executor follows a
+    /// pointer to freed state: their work then fails with TRANSPORT_RETRY_EXC_ERR.
+    void qp_remove(uint32_t qpn) {
+        std::lock_guard<std::mutex> lock(mu_);
+        qps_.erase(qpn);
+        for (auto& [other, e] : qps_) {
+            if (e.remote_qpn != qpn) continue;
+            e.remote_qpn = 0;
+            soft::QpState* none = nullptr;
+            write(*e.state_mem, offsetof(soft::QpState, remote), &none, sizeof none);
+        }
+    }
+
+    uint32_t alloc_pd() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return next_pd_++;
+    }
+    uint32_t alloc_cqn() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return next_cqn_++;
+    }
+
+    static constexpr uint32_t kMrCap = 4096;
+
+private:
+    int gpu_;
+    std::string name_;
+    std::mutex mu_;
+    Mem mr_mem_;
+    std::vector<soft::MrEntry> mr_shadow_;
+    std::vector<uint8_t> mr_tag_;
+    std::vector<uint32_t> mr_free_;
+    std::map<uint32_t, QpEntry> qps_;
+    uint32_t next_qpn_ = 0x100;
+    uint32_t next_pd_ = 1;
+    uint32_t next_cqn_ = 1;
+};
+
+bool queue_on_device(const SoftDevice& d, MemoryKind k) {
+    if (k == MemoryKind::Default) return d.on_gpu();
+    if (k == MemoryKind::Device && !d.on_gpu())
+        throw InvalidUsage("MemoryKind::Device needs a context that executes on a GPU "
+                           "(ContextOptions::gpu >= 0); this one is " + d.name());
+    return k == MemoryKind::Device;
+}
+
+// ---------------------------------------------------------------------------------------
+class SoftCq final : public CqBackend {
+public:
+    static constexpr uint32_t kSlots = 1024;  // QPs per CQ
+    SoftCq(std::shared_ptr<SoftDevice> dev, const CqOptions& o) : dev_(std::move(dev)) {
+        GV_REQUIRE(o.depth >= 1 && o.depth <= (1u << 22),
+                   "CQ depth " + std::to_string(o.depth) + " out of range: expected 1 .. 4194304");
+        device_ = queue_on_device(*dev_, o.memory);
+        memory_ = device_ ? MemoryKind::Device : MemoryKind::Host;
+        cnt_ = std::max<uint32_t>(2, next_pow2(o.depth));
+        ring_bytes_ = size_t(cnt_) * 64;
+        q_ = dev_->alloc(ring_bytes_ + 128 + kSlots * sizeof(dev::CqQpSlot), device_);
+        // Every CQE starts invalid (opcode 0xf) and owned by hardware.
+        std::vector<uint8_t> init(ring_bytes_, 0);
+        for (uint32_t i = 0; i < cnt_; ++i) init[size_t(i) * 64 + 63] = MLX5_CQE_INVALID << 4;
+        dev_->write(q_, 0, init.data(), init.size());
+        slots_.assign(kSlots, dev::CqQpSlot{});
+        s_ = dev_->alloc(sizeof(soft::CqState), dev_->on_gpu());
+        soft::CqState st{};
+        st.cqes = q_.at<mlx5_cqe64>(0);
+        st.dbrec = q_.at<uint32_t>(ring_bytes_);
+        st.log_cnt = log2u(cnt_);
+        st.sys = device_ ? 0 : 1;
+        st.cqn = cqn_ = dev_->alloc_cqn();
+        st.overrun = q_.at<uint32_t>(ring_bytes_ + 72);
+        dev_->write(s_, 0, &st, sizeof st);
+    }
+    ~SoftCq() override {
+        dev_->release(q_);
+        dev_->release(s_);
+    }
+    dev::CqHandle handle() const override {
+        dev::CqHandle h{};
+        h.cqes = q_.at<mlx5_cqe64>(0);
+        h.dbrec = q_.at<uint32_t>(ring_bytes_);
+        h.ci = q_.at<unsigned long long>(ring_bytes_ + 64);
+        h.overrun = q_.at<uint32_t>(ring_bytes_ + 72);
+        h.slots = q_.at<dev::CqQpSlot>(ring_bytes_ + 128);
+        h.slot_mask = kSlots - 1;
+        h.log_cnt = log2u(cnt_);
+        h.sys = device_ ? 0 : 1;
+        h.cqn = cqn_;
+        return h;
+    }
+    uint32_t depth() const override { return cnt_; }
+    MemoryKind memory() const override { return memory_; }
+    bool host_pollable() const override { return !device_; }
+    soft::CqState* state() const { return s_.at<soft::CqState>(0); }
+
+    void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (uint32_t i = 0; i < kSlots; ++i) {
+            uint32_t idx = (qpn + i) & (kSlots - 1);
+            dev::CqQpSlot& s = slots_[idx];
+            if (s.qpn != 0 && s.qpn != 0xffffffffu && s.qpn != qpn) continue;
+            s.qpn = qpn;
+            s.sq_log_bb = qp.sq_log_bb;
+            s.sq = qp.sq;
+            if (send) s.sq_retired = &qp.ctr->sq_retired;
+            if (recv) s.rq_retired = &qp.ctr->rq_retired;
+            dev_->write(q_, ring_bytes_ + 128 + idx * sizeof s, &s, sizeof s);
+            return;
+        }
+        throw InvalidUsage("CQ " + std::to_string(cqn_) + " already serves " + std::to_string(kSlots) +
+                           " QPs, its maximum");
+    }
+    void detach_qp(uint32_t qpn) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (uint32_t i = 0; i < kSlots; ++i) {
+            uint32_t idx = (qpn + i) & (kSlots - 1);
+            dev::CqQpSlot& s = slots_[idx];
+            if (s.qpn == 0) return;
+            if (s.qpn != qpn) continue;
+            s = dev::CqQpSlot{};
+            s.qpn = 0xffffffffu;  // tombstone: probing continues past it
+            dev_->write(q_, ring_bytes_ + 128 + idx * sizeof s, &s, sizeof s);
+            return;
+        }
+    }
+
+private:
+    std::shared_ptr<SoftDevice> dev_;
+    std::mutex mu_;
+    bool device_ = false;
+    MemoryKind memory_;
+    uint32_t cnt_ = 0, cqn_ = 0;
+    size_t ring_bytes_ = 0;
+    Mem q_, s_;
+    std::vector<dev::CqQpSlot> slots_;
+};
+
+// ---------------------------------------------------------------------------------------
+constexpr uint32_t kMaxInline = 972;  // 63 ds - ctrl - raddr - 4-byte header
+
+class SoftQp final : public QpBackend {
+public:
+    SoftQp(std::shared_ptr<SoftDevice> dev, uint32_t pd, const QpOptions& o, SoftCq* scq, SoftCq* rcq)
+        : dev_(std::move(dev)), scq_(scq), rcq_(rcq) {
+        GV_REQUIRE(o.max_send_sge >= 1 && o.max_send_sge <= soft::kMaxSge,
+                   "max_send_sge " + std::to_string(o.max_send_sge) + " out of range: expected 1 .. " +
+                       std::to_string(soft::kMaxSge));
+        GV_REQUIRE(o.max_recv_sge >= 1 && o.max_recv_sge <= soft::kMaxSge,
+                   "max_recv_sge " + std::to_string(o.max_recv_sge) + " out of range: expected 1 .. " +
+                       std::to_string(soft::kMaxSge));
+        GV_REQUIRE(o.max_inline <= kMaxInline, "max_inline " + std::to_string(o.max_inline) +
+                                                   " too large: the software device carries at most " +
+                                                   std::to_string(kMaxInline) + " inline bytes");
+        GV_REQUIRE(o.sq_depth >= 1 && o.rq_depth >= 1, "sq_depth and rq_depth must be at least 1");
+        device_ = queue_on_device(*dev_, o.memory);
+        uint32_t ds = std::max<uint32_t>({2 + o.max_send_sge, 4, 2 + mlx5::inline_ds(o.max_inline)});
+        uint64_t bbs = uint64_t(o.sq_depth) * mlx5::ds_to_bbs(ds);
+        GV_REQUIRE(bbs <= 32768, "send queue too large: " + std::to_string(o.sq_depth) + " WQEs of " +
+                                     std::to_string(mlx5::ds_to_bbs(ds)) +
+                                     " WQEBBs exceed the 32768 WQEBBs of an mlx5 ring");
+        GV_REQUIRE(o.rq_depth <= 32768, "rq_depth " + std::to_string(o.rq_depth) + " exceeds 32768");
+        sq_bbs_ = std::max<uint32_t>(next_pow2(bbs), 4);
+        rq_cnt_ = next_pow2(o.rq_depth);
+        rq_stride_ = std::max<uint32_t>(16, next_pow2(o.max_recv_sge * 16));
+        sq_bytes_ = size_t(sq_bbs_) * 64;
+        rq_bytes_ = size_t(rq_cnt_) * rq_stride_;
+        q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
+        s_ = dev_->alloc(sizeof(soft::QpState), dev_->on_gpu());
+        qpn_ = dev_->alloc_qpn();
+        opts_ = o;
+
+        soft::QpState st{};
+        st.qpn = qpn_;
+        st.pd = pd;
+        st.state = soft::kReset;
+        st.sq_log_bb = log2u(sq_bbs_);
+        st.rq_log_cnt = log2u(rq_cnt_);
+        st.rq_log_stride = log2u(rq_stride_);
+        st.max_send_sge = o.max_send_sge;
+        st.max_recv_sge = o.max_recv_sge;
+        st.max_inline = o.max_inline;
+        st.sys = device_ ? 0 : 1;
+        st.sq = q_.at(0);
+        st.rq = q_.at(sq_bytes_);
+        st.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
+        st.scq = scq->state();
+        st.rcq = rcq->state();
+        st.local_mrs = dev_->mr_table();
+        st.remote_mrs = dev_->mr_table();
+        dev_->write(s_, 0, &st, sizeof st);
+        dev_->qp_add(qpn_, s_.at<soft::QpState>(0), &s_);
+
+        auto h = handle();
+        if (scq == rcq) {
+            scq->attach_qp(qpn_, h, true, true);
+        } else {
+            scq->attach_qp(qpn_, h, true, false);
+            rcq->attach_qp(qpn_, h, false, true);
+        }
+    }
+    ~SoftQp() override {
+        dev_->qp_remove(qpn_);
+        scq_->detach_qp(qpn_);
+        if (rcq_ != scq_) rcq_->detach_qp(qpn_);
+        dev_->release(q_);
+        dev_->release(s_);
+    }
+
+    dev::QpHandle handle() const override {
+        dev::QpHandle h{};
+        h.sq = q_.at(0);
+        h.rq = q_.at(sq_bytes_);
+        h.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
+        h.ctr = q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64);
+        h.soft = s_.at<soft::QpState>(0);
+        h.soft_on_host = dev_->on_gpu() ? 0 : 1;
+        if (dev_->on_gpu()) {
+            h.host_doorbell = cuda::soft_doorbell_fn();
+            h.host_ctx = h.soft;
+        }
+        h.scq = scq_->handle();
+        h.rcq = rcq_->handle();
+        h.qpn = qpn_;
+        h.sq_log_bb = log2u(sq_bbs_);
+        h.rq_log_cnt = log2u(rq_cnt_);
+        h.rq_log_stride = log2u(rq_stride_);
+        h.max_inline = opts_.max_inline;
+        h.max_send_sge = opts_.max_send_sge;
+        h.max_recv_sge = opts_.max_recv_sge;
+        h.sys = device_ ? 0 : 1;
+        h.backend = BackendKind::Soft;
+        return h;
+    }
+
+    QpState state() const override {
+        return QpState(dev_->read_val<uint32_t>(s_, offsetof(soft::QpState, state)));
+    }
+    uint8_t error_syndrome() const override {
+        return uint8_t(dev_->read_val<uint32_t>(s_, offsetof(soft::QpState, syndrome)));
+    }
+
+    void to_init(const InitAttr& a) override {
+        QpState cur = state();
+        check_transition(cur, QpState::Init);
+        GV_REQUIRE((a.access & ~uint32_t(kAllAccess)) == 0,
+                   "InitAttr::access " + hex(a.access) + " has unknown bits: expected kLocalWrite, "
+                   "kRemoteWrite, kRemoteRead, kRemoteAtomic");
+        GV_REQUIRE(a.port == 1, "port " + std::to_string(a.port) + ": the software device has port 1 only");
+        set(offsetof(soft::QpState, access), a.access);
+        set(offsetof(soft::QpState, state), uint32_t(soft::kInit));
+    }
+
+    void to_rtr(const RtrAttr& a) override {
+        check_transition(state(), QpState::Rtr);
+        GV_REQUIRE(a.path_mtu == 256 || a.path_mtu == 512 || a.path_mtu == 1024 || a.path_mtu == 2048 ||
+                       a.path_mtu == 4096,
+                   "path_mtu " + std::to_string(a.path_mtu) + " invalid: expected 256, 512, 1024, 2048 or 4096");
+        GV_REQUIRE(a.rq_psn < (1u << 24), "rq_psn " + hex(a.rq_psn) + " exceeds 24 bits");
+        GV_REQUIRE(a.min_rnr_timer <= 31, "min_rnr_timer " + std::to_string(a.min_rnr_timer) +
+                                              " out of range: expected 0 .. 31");
+        GV_REQUIRE(a.max_dest_rd_atomic <= 16, "max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) +
+                                                   " out of range: expected 0 .. 16");
+        soft::QpState* peer = dev_->qp_find(a.remote_qpn);
+        GV_REQUIRE(peer != nullptr, "remote QP " + hex(a.remote_qpn) + " does not exist on software device " +
+                                        dev_->name() + " (peers must be on the same device: same process "
+                                        "and the same ContextOptions::gpu)");
+        set(offsetof(soft::QpState, remote), peer);
+        set(offsetof(soft::QpState, remote_qpn), a.remote_qpn);
+        set(offsetof(soft::QpState, min_rnr_timer), a.min_rnr_timer);
+        dev_->qp_link(qpn_, a.remote_qpn);
+        set(offsetof(soft::QpState, state), uint32_t(soft::kRtr));
+    }
+
+    void to_rts(const RtsAttr& a) override {
+        check_transition(state(), QpState::Rts);
+        GV_REQUIRE(a.sq_psn < (1u << 24), "sq_psn " + hex(a.sq_psn) + " exceeds 24 bits");
+        GV_REQUIRE(a.timeout <= 31, "timeout " + std::to_string(a.timeout) + " out of range: expected 0 .. 31");
+        GV_REQUIRE(a.retry_cnt <= 7, "retry_cnt " + std::to_string(a.retry_cnt) + " out of range: expected 0 .. 7");
+        GV_REQUIRE(a.rnr_retry <= 7, "rnr_retry " + std::to_string(a.rnr_retry) +
+                                         " out of range: expected 0 .. 7 (7 = forever)");
+        GV_REQUIRE(a.max_rd_atomic <= 16,
+                   "max_rd_atomic " + std::to_string(a.max_rd_atomic) + " out of range: expected 0 .. 16");
+        set(offsetof(soft::QpState, rnr_retry), a.rnr_retry);
+        set(offsetof(soft::QpState, state), uint32_t(soft::kRts));
+        kick(0);  // WQEs posted before RTS run now
+    }
+
+    void to_error() override {
+        set(offsetof(soft::QpState, state), uint32_t(soft::kErr));
+        kick(2);
+    }
+
+    void reset() override {
+        set(offsetof(soft::QpState, state), uint32_t(soft::kReset));
+        std::vector<uint8_t> zero(q_.bytes, 0);
+        dev_->write(q_, 0, zero.data(), zero.size());
+        set(offsetof(soft::QpState, sq_ci), 0ull);
+        set(offsetof(soft::QpState, rq_ci), 0ull);
+        set(offsetof(soft::QpState, lock), 0u);
+        set(offsetof(soft::QpState, syndrome), 0u);
+        set(offsetof(soft::QpState, rnr_waiting), 0u);
+        set(offsetof(soft::QpState, rnr_count), 0u);
+        set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
+        dev_->qp_link(qpn_, 0);
+    }
+
+    QpEndpoint endpoint() const override {
+        QpEndpoint e;
+        e.backend = Backend::Soft;
+        e.qpn = qpn_;
+        e.psn = 0;
+        e.mtu = 4096;
+        e.device = dev_->name();
+        return e;
+    }
+
+private:
+    template <typename T>
+    void set(size_t off, T v) {
+        dev_->write_val(s_, off, v);
+    }
+    static void check_transition(QpState from, QpState to) {
+        bool ok = (from == QpState::Reset && to == QpState::Init) ||
+                  (from == QpState::Init && (to == QpState::Init || to == QpState::Rtr)) ||
+                  (from == QpState::Rtr && to == QpState::Rts) ||
+                  ((from == QpState::Rts || from == QpState::Sqd) && to == QpState::Rts);
+        GV_REQUIRE(ok, std::string("invalid QP transition ") + qp_state_name(from) + " -> " + qp_state_name(to) +
+                           ": allowed are RESET->INIT, INIT->INIT, INIT->RTR, RTR->RTS, RTS->RTS, and "
+                           "any->ERROR / any->RESET");
+    }
+    /// Runs the executor after a host-side change (CPU threads run it directly; a GPU
+    /// device gets a launch). what: 0 send queue, 2 flush after ERROR.
+    void kick(uint32_t what) {
+        auto h = handle();
+        if (!dev_->on_gpu()) {
+            soft::progress(h.soft, soft::ThreadGroup{});
+            if (what == 2) soft::flush_rq(h.soft);
+        } else {
+            h.host_doorbell(h.host_ctx, what);
+        }
+    }
+
+    std::shared_ptr<SoftDevice> dev_;
+    SoftCq* scq_;
+    SoftCq* rcq_;
+    bool device_ = false;
+    uint32_t qpn_ = 0, sq_bbs_ = 0, rq_cnt_ = 0, rq_stride_ = 0;
+    size_t sq_bytes_ = 0, rq_bytes_ = 0;
+    QpOptions opts_;
+    Mem q_, s_;
+};
+
+// ---------------------------------------------------------------------------------------
+class SoftBackend final : public BackendOps {
+public:
+    explicit SoftBackend(int gpu) : dev_(SoftDevice::get(gpu)) {}
+    Backend kind() const override { return Backend::Soft; }
+    std::string name() const override { return dev_->name(); }
+    int gpu() const override { return dev_->gpu(); }
+    uint32_t pd_alloc() override { return dev_->alloc_pd(); }
+    void pd_free(uint32_t) override {}
+
+    MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) override {
+        GV_REQUIRE(addr != nullptr, "memory region at address 0");
+        GV_REQUIRE(length > 0, "memory region of length 0");
+        GV_REQUIRE(length <= (1ull << 47), "memory region length " + std::to_string(length) + " too large");
+        GV_REQUIRE((access & ~uint32_t(kAllAccess)) == 0,
+                   "access " + hex(access) + " has unknown bits: expected kLocalWrite, kRemoteWrite, "
+                   "kRemoteRead, kRemoteAtomic");
+        GV_REQUIRE(!(access & (kRemoteWrite | kRemoteAtomic)) || (access & kLocalWrite),
+                   "remote write or remote atomic access requires kLocalWrite too (as in verbs)");
+        soft::MrEntry e{};
+        e.addr = reinterpret_cast<uint64_t>(addr);
+        e.length = length;
+        e.pd = pd;
+        e.access = access;
+        int owner = -1;
+        auto kind = cuda::built() ? cuda::pointer_kind(addr, &owner) : cuda::PtrKind::Host;
+        MrInfo info;
+        bool pinned_here = false;
+        if (kind == cuda::PtrKind::Device || kind == cuda::PtrKind::Managed) {
+            GV_REQUIRE(kind == cuda::PtrKind::Device,
+                       "managed (cudaMallocManaged) memory cannot be registered: use cudaMalloc or host memory");
+            GV_REQUIRE(dev_->on_gpu(), "GPU memory (GPU " + std::to_string(owner) + ") registered on " +
+                                           dev_->name() + ", which executes on CPU threads: open the "
+                                           "context with ContextOptions::gpu = " + std::to_string(owner));
+            GV_REQUIRE(owner == dev_->gpu(), "memory of GPU " + std::to_string(owner) + " registered on " +
+                                                 dev_->name() + ": register memory of GPU " +
+                                                 std::to_string(dev_->gpu()));
+            e.xlate = 0;
+            e.sys = 0;
+            info.device_memory = true;
+        } else if (dev_->on_gpu()) {
+            void* d = nullptr;
+            if (kind == cuda::PtrKind::PinnedHost) d = cuda::host_device_pointer(addr);
+            else pinned_here = cuda::host_register(addr, length, &d);
+            e.xlate = int64_t(reinterpret_cast<uint64_t>(d)) - int64_t(e.addr);
+            e.sys = 1;
+        } else {
+            e.xlate = 0;
+            e.sys = 1;
+        }
+        info.key = dev_->mr_add(e);
+        if (pinned_here) {
+            std::lock_guard<std::mutex> lock(mu_);
+            pinned_[info.key] = addr;
+        }
+        return info;
+    }
+    void mr_deregister(uint32_t key) override {
+        dev_->mr_remove(key);
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = pinned_.find(key);
+        if (it != pinned_.end()) {
+            cuda::host_unregister(it->second);
+            pinned_.erase(it);
+        }
+    }
+    std::unique_ptr<CqBackend> cq_create(const CqOptions& o) override {
+        return std::make_unique<SoftCq>(dev_, o);
+    }
+    std::unique_ptr<QpBackend> qp_create(uint32_t pd, const QpOptions& o, CqBackend* scq,
+                                         CqBackend* rcq) override {
+        auto* s = dynamic_cast<SoftCq*>(scq);
+        auto* r = dynamic_cast<SoftCq*>(rcq);
+        GV_REQUIRE(s && r, "the QP's CQs belong to another backend");
+        return std::make_unique<SoftQp>(dev_, pd, o, s, r);
+    }
+
+private:
+    std::shared_ptr<SoftDevice> dev_;
+    std::mutex mu_;
+    std::map<uint32_t, void*> pinned_;
+};
+
+}  // namespace
+
+std::unique_ptr<BackendOps> open_soft(int gpu) {
+    if (gpu >= 0) {
+        if (!cuda::built())
+            throw NotSupported("software device on GPU " + std::to_string(gpu) +
+                               ": gpuverbs was built without CUDA; use ContextOptions::gpu = -1");
+        int n = cuda::device_count();
+        GV_REQUIRE(gpu < n, "GPU " + std::to_string(gpu) + " asked for, but " + std::to_string(n) +
+                                " GPU(s) are visible");
+        cuda::set_device(gpu);
+    }
+    return std::make_unique<SoftBackend>(gpu);
+}
+
+}  // namespace gv::detail
