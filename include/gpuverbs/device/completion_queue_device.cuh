@@ -45,24 +45,37 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
 }
 
 /// Frees the queue slots up to and including the WQE a completion reports.
+///
+/// Pollers claim completions in order but may retire them in any order, so a completion
+/// can arrive here after a later one of its QP was retired. Rebuilding its position from
+/// the 16-bit counter then gives a value 2^16 ahead (freeing slots whose WQEs have not
+/// executed), so such a completion frees nothing: the later retirement covered it.
+/// Unretired entries lie less than 2^15 ahead of the retirement point (rings hold at
+/// most 2^15 entries / WQEBBs), retired ones up to 2^15 behind it.
 GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
     const CqQpSlot* s = cq_find_slot(cq, c.qpn);
     if (!s) return;
     if (c.is_recv()) {
         if (!s->rq_retired) return;
-        // Rebuild the 64-bit position from the 16-bit counter: the completed entry lies
-        // less than 2^16 entries past the oldest unretired one.
         unsigned long long r = atom::load_acquire(s->rq_retired);
-        unsigned long long pos = r + ((uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff);
-        atom::fetch_max(s->rq_retired, pos + 1);
+        uint32_t ahead = (uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff;
+        if (ahead >= 0x8000) return;  // already retired by a later completion
+        atom::fetch_max(s->rq_retired, r + ahead + 1);
     } else {
         if (!s->sq_retired) return;
         unsigned long long r = atom::load_acquire(s->sq_retired);
-        unsigned long long pos = r + ((uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff);
-        // The WQE is not retired yet, so its slot still holds its ctrl segment.
+        uint32_t ahead = (uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff;
+        if (ahead >= 0x8000) return;  // already retired by a later completion
+        unsigned long long pos = r + ahead;
+        // The WQE was unretired when r was read, so its slot held its ctrl segment; but
+        // another poller may retire past it (and a poster reuse the slot) meanwhile, so
+        // after reading ds, check the retirement point is still at or before it. If it
+        // moved past, that retirement covered this WQE (retirement points are WQE ends).
         uint64_t ring = 64ull << s->sq_log_bb;
         auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(s->sq + ((pos * 64) & (ring - 1)));
         uint32_t ds = mlx5::read_ctrl_seg(ctrl).ds;
+        atom::fence_acquire();  // the ds read above happens before the re-check below
+        if (atom::load_acquire(s->sq_retired) > pos) return;
         atom::fetch_max(s->sq_retired, pos + (ds ? mlx5::ds_to_bbs(ds) : 1));
     }
 }

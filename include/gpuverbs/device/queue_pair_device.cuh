@@ -14,6 +14,12 @@
 #include "gpuverbs/mlx5/wqe.cuh"
 #include "gpuverbs/soft/exec.cuh"
 
+#if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cooperative_groups/scan.h>
+#endif
+
 namespace gv {
 
 /// Which engine executes the WQEs of a queue.
@@ -124,6 +130,73 @@ GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint3
     atom::store_release(&qp.ctr->sq_ready, pos + bbs, qp.sys != 0);
 }
 
+/// A send-queue reservation made by one thread, or jointly by the converged lanes of a
+/// warp posting to the same QP (one atomic and one publication for all of them).
+struct Reservation {
+    unsigned long long pos;   ///< this thread's first WQEBB
+    unsigned long long base;  ///< the group's first WQEBB
+    unsigned long long last;  ///< position of the group's last WQE
+    uint32_t total;           ///< WQEBBs of the whole group
+    uint32_t mask;            ///< lanes of the group (device), 0 on the host
+    uint32_t leader;          ///< lane that reserved and publishes
+    uint32_t pad;
+};
+
+/// Reserves `bbs` WQEBBs for the calling thread. On the GPU, the converged lanes of a warp
+/// that reserve on the same QP at the same time share one reservation: ranks are ordered
+/// by lane, so their WQEs are consecutive. Waits up to timeout_ns for room (nothing is
+/// reserved on Timeout, for any lane of the group).
+GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
+                                       uint64_t timeout_ns) {
+#if GV_DEVICE_CODE
+    namespace cg = cooperative_groups;
+    const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.ctr));
+    auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.ctr));
+    uint32_t excl = cg::exclusive_scan(grp, bbs);
+    uint32_t total = cg::reduce(grp, bbs, cg::plus<uint32_t>());
+    uint32_t last_off = grp.shfl(excl, grp.size() - 1);
+    unsigned long long base = 0;
+    int st = 0;
+    if (grp.thread_rank() == 0) st = int(sq_reserve(qp, total, &base, timeout_ns));
+    st = grp.shfl(st, 0);
+    base = grp.shfl(base, 0);
+    res->pos = base + excl;
+    res->base = base;
+    res->last = base + last_off;
+    res->total = total;
+    res->mask = mask;
+    res->leader = __ffs(mask) - 1;
+    return Status(st);
+#else
+    res->mask = 0;
+    res->leader = 0;
+    res->total = bbs;
+    Status st = sq_reserve(qp, bbs, &res->pos, timeout_ns);
+    res->base = res->last = res->pos;
+    return st;
+#endif
+}
+
+/// Publishes a reservation once every lane of its group wrote its WQE; returns when the
+/// WQEs are published (so a commit by any lane of the group includes them).
+GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res) {
+#if GV_DEVICE_CODE
+    // The warp barrier orders every lane's WQE stores before the leader's release store
+    // (release is cumulative over what the leader observed through the barrier).
+    __syncwarp(res.mask);
+    uint32_t lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    if (lane == res.leader) {
+        while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
+        atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
+        atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+    }
+    __syncwarp(res.mask);
+#else
+    sq_publish(qp, res.pos, res.total);
+#endif
+}
+
 GV_HOST_DEVICE uint8_t fm_ce_se(uint32_t flags) {
     return uint8_t(((flags & kSignaled) ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
                    ((flags & kFence) ? MLX5_WQE_CTRL_FENCE : 0) |
@@ -164,11 +237,11 @@ GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg
     if (n > qp.max_send_sge) return Status::InvalidArgument;
     uint32_t ds = sge_wqe_ds(opcode, sg, n);
     uint32_t bbs = mlx5::ds_to_bbs(ds);
-    unsigned long long pos;
-    Status st = sq_reserve(qp, bbs, &pos, timeout_ns);
+    Reservation res;
+    Status st = sq_reserve_group(qp, bbs, &res, timeout_ns);
     if (st != Status::Ok) return st;
-    build_sge_wqe(qp, pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
-    sq_publish(qp, pos, bbs);
+    build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
+    sq_publish_group(qp, res);
     return Status::Ok;
 }
 
@@ -214,12 +287,12 @@ GV_HOST_DEVICE Status send_imm(const QpHandle& qp, const void* laddr, uint32_t l
 /// A NOP WQE (completes in order; useful to signal the end of unsignaled work).
 GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
                           uint64_t timeout_ns = kWaitForever) {
-    unsigned long long pos;
-    Status st = sq_reserve(qp, 1, &pos, timeout_ns);
+    Reservation res;
+    Status st = sq_reserve_group(qp, 1, &res, timeout_ns);
     if (st != Status::Ok) return st;
-    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos),
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
                        MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
-    sq_publish(qp, pos, 1);
+    sq_publish_group(qp, res);
     return Status::Ok;
 }
 
@@ -233,9 +306,10 @@ GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void
     uint32_t ds = k + mlx5::inline_ds(len);
     if (ds > mlx5::kMaxDs) return Status::InvalidArgument;
     uint32_t bbs = mlx5::ds_to_bbs(ds);
-    unsigned long long pos;
-    Status st = sq_reserve(qp, bbs, &pos, timeout_ns);
+    Reservation res;
+    Status st = sq_reserve_group(qp, bbs, &res, timeout_ns);
     if (st != Status::Ok) return st;
+    const unsigned long long pos = res.pos;
     if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
     const auto* src = static_cast<const uint8_t*>(data);
@@ -244,7 +318,7 @@ GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void
     for (uint32_t i = 0; i < len; ++i) qp.sq[(off + i) & (ring - 1)] = src[i];
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
                        0, qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
-    sq_publish(qp, pos, bbs);
+    sq_publish_group(qp, res);
     return Status::Ok;
 }
 
@@ -266,16 +340,17 @@ GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* ladd
                                   uint64_t raddr, uint32_t rkey, uint64_t swap_add,
                                   uint64_t compare, uint32_t flags = kSignaled,
                                   uint64_t timeout_ns = kWaitForever) {
-    unsigned long long pos;
-    Status st = sq_reserve(qp, 1, &pos, timeout_ns);
+    Reservation res;
+    Status st = sq_reserve_group(qp, 1, &res, timeout_ns);
     if (st != Status::Ok) return st;
+    const unsigned long long pos = res.pos;
     mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_atomic_seg(reinterpret_cast<mlx5_wqe_atomic_seg*>(sq_seg(qp, pos, 2)), swap_add, compare);
     mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
                        reinterpret_cast<uint64_t>(laddr));
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
                        qp.qpn, fm_ce_se(flags), 4, 0, 0);
-    sq_publish(qp, pos, 1);
+    sq_publish_group(qp, res);
     return Status::Ok;
 }
 

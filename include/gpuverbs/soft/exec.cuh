@@ -125,7 +125,8 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
     uint32_t idx = key >> 8;
     if (t.entries == nullptr || idx >= t.capacity) return nullptr;
     const MrEntry* e = &t.entries[idx];
-    if (!atom::load_acquire(&e->valid) || e->key != key) return nullptr;
+    // Relaxed: registration completed (host side) before the key was handed to posters.
+    if (!atom::load_relaxed(&e->valid) || e->key != key) return nullptr;
     return e;
 }
 
@@ -141,6 +142,47 @@ GV_HOST_DEVICE uint64_t mr_resolve(const MrTable& t, uint32_t key, uint32_t pd, 
     uint64_t p = uint64_t(int64_t(addr) + e->xlate);
     return p ? p : 1;  // never report a valid zero-length range at address 0 as failure
 }
+
+/// The last region the leader resolved in a table: consecutive WQEs mostly use the same
+/// keys, and each lookup is a dependent chain of memory loads.
+struct MrCache {
+    const MrEntry* tab = nullptr;
+    uint32_t key = 0;
+    uint32_t pd = 0, access = 0, sys = 0;
+    uint64_t addr = 0, length = 0;
+    int64_t xlate = 0;
+};
+
+GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd,
+                                          uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys) {
+    if (c.tab != t.entries || c.key != key || !c.tab) {
+        const MrEntry* e = mr_lookup(t, key);
+        if (!e) return 0;
+        c.tab = t.entries;
+        c.key = key;
+        c.pd = e->pd;
+        c.access = e->access;
+        c.sys = e->sys;
+        c.addr = e->addr;
+        c.length = e->length;
+        c.xlate = e->xlate;
+    }
+    if (c.pd != pd || (c.access & need) != need) return 0;
+    if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
+    if (sys) *sys |= c.sys;
+    uint64_t p = uint64_t(int64_t(addr) + c.xlate);
+    return p ? p : 1;
+}
+
+/// What the group's leader remembers across the WQEs of one drain, so that the doorbell
+/// record, QP states and regions are not re-read (with acquire loads) for every WQE.
+struct LeaderCache {
+    uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
+    uint32_t state = 0;
+    bool peer_ok = false;
+    QpState* r = nullptr;
+    MrCache local, remote;
+};
 
 // ---- completions --------------------------------------------------------------------
 
@@ -247,18 +289,28 @@ GV_HOST_DEVICE uint8_t* sq_seg(const QpState* q, unsigned long long pos_bb, uint
 GV_HOST_DEVICE Outcome& outcome(QpState* q) { return q->plan.out; }
 
 /// Validates the WQE at sq_ci and plans its data movement. Leader only.
-GV_HOST_DEVICE uint32_t prepare(QpState* q) {
+GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     Plan& p = q->plan;
     Outcome o{};
     p.nseg = 0;
     p.sys = 0;
-    const bool sys = q->sys != 0;
-    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, sys);
     unsigned long long ci = q->sq_ci;
-    uint32_t pending = (pi - uint32_t(ci)) & 0xffff;
-    if (pending == 0) return kStop;
-    uint32_t state = atom::load_acquire(&q->state);
-    if (state != kRts && state != kSqd && state != kErr && state != kSqe) return kStop;
+    if (lc.pending == 0) {
+        // Acquire: the WQE bytes published up to the record are visible from here on.
+        uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
+        lc.pending = (pi - uint32_t(ci)) & 0xffff;
+        if (lc.pending == 0) return kStop;
+        lc.state = atom::load_acquire(&q->state);
+        lc.r = q->remote;
+        uint32_t rstate = lc.r ? atom::load_acquire(&lc.r->state) : 0u;
+        lc.peer_ok = lc.r && lc.r->remote == q && (rstate == kRtr || rstate == kRts || rstate == kSqd);
+    }
+    const uint32_t pending = lc.pending;
+    const uint32_t state = lc.state;
+    if (state != kRts && state != kSqd && state != kErr && state != kSqe) {
+        lc.pending = 0;
+        return kStop;
+    }
 
     auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(q, ci, 0));
     mlx5::CtrlFields c = mlx5::read_ctrl_seg(ctrl);
@@ -292,10 +344,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
     if (!rdma && !send) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
 
     // Remote end: a QP of ours connected back to this one, ready to receive.
-    QpState* r = q->remote;
-    uint32_t rstate = r ? atom::load_acquire(&r->state) : 0u;
-    if (!r || r->remote != q || (rstate != kRtr && rstate != kRts && rstate != kSqd))
-        return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    QpState* r = lc.r;
+    if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
 
     uint32_t k = 1;  // next 16-byte unit
     uint64_t raddr = 0;
@@ -315,13 +365,13 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
         uint32_t llen = mlx5::from_be32(ds->byte_count);
         if (llen != 8) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
         uint32_t lsys = 0;
-        uint64_t lp = mr_resolve(q->local_mrs, mlx5::from_be32(ds->lkey), q->pd,
-                                 mlx5::from_be64(ds->addr), 8, kLocalWrite, &lsys);
+        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, mlx5::from_be32(ds->lkey), q->pd,
+                                        mlx5::from_be64(ds->addr), 8, kLocalWrite, &lsys);
         if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
         if (raddr & 7) return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
         if (!(r->access & kRemoteAtomic)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint32_t rsys = 0;
-        uint64_t rp = mr_resolve(q->remote_mrs, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys);
+        uint64_t rp = mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys);
         if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint64_t operand = mlx5::from_be64(as->swap_add), compare = mlx5::from_be64(as->compare);
         auto* target = reinterpret_cast<unsigned long long*>(rp);
@@ -369,8 +419,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
         uint64_t len = bc ? bc : 0x80000000ull;  // byte_count 0 means 2 GiB on mlx5
         uint32_t lkey = mlx5::from_be32(ds->lkey);
         uint32_t lsys = 0;
-        uint64_t lp = mr_resolve(q->local_mrs, lkey, q->pd, mlx5::from_be64(ds->addr), len,
-                                 is_read ? kLocalWrite : 0u, &lsys);
+        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, lkey, q->pd, mlx5::from_be64(ds->addr),
+                                        len, is_read ? kLocalWrite : 0u, &lsys);
         if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
         if (is_read) p.sys |= lsys;
         local[nlocal++] = {lp, len};
@@ -384,7 +434,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
         uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
         if (!(r->access & need)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint32_t rsys = 0;
-        uint64_t rp = total ? mr_resolve(q->remote_mrs, rkey, r->pd, raddr, total, need, &rsys) : 1;
+        uint64_t rp =
+            total ? mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, total, need, &rsys) : 1;
         if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         if (!is_read) p.sys |= rsys;
         uint64_t off = 0;
@@ -409,7 +460,10 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
                     q->rnr_count = 0;
                     q->rnr_deadline = now + delay;
                 } else if (now >= q->rnr_deadline) {
-                    if (q->rnr_retry != 7 && ++q->rnr_count > q->rnr_retry) {
+                    // This retry found no receive either. rnr_retry N allows N retries
+                    // after the first attempt (as rxe and ConnectX count), so the Nth
+                    // failed retry ends it.
+                    if (q->rnr_retry != 7 && ++q->rnr_count >= q->rnr_retry) {
                         q->rnr_waiting = 0;
                         return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
                     }
@@ -437,8 +491,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
                 uint64_t rlen = bc ? bc : 0x80000000ull;
                 uint64_t use = total - placed < rlen ? total - placed : rlen;
                 uint32_t rsys = 0;
-                uint64_t rp = mr_resolve(r->local_mrs, lkey, r->pd, mlx5::from_be64(rs[nr].addr),
-                                         use, kLocalWrite, &rsys);
+                uint64_t rp = mr_resolve_cached(r->local_mrs, lc.remote, lkey, r->pd,
+                                                mlx5::from_be64(rs[nr].addr), use, kLocalWrite, &rsys);
                 if (!rp) {
                     o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
                     return fail(MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
@@ -474,7 +528,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q) {
 }
 
 /// Completes the WQE prepare() planned, after the group copied its data. Leader only.
-GV_HOST_DEVICE void finish(QpState* q) {
+GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc) {
     Outcome o = outcome(q);
     QpState* r = q->remote;
     bool ok = true;
@@ -491,9 +545,11 @@ GV_HOST_DEVICE void finish(QpState* q) {
             f.byte_cnt = o.byte_len;
             f.imm_be = o.imm_be;
         }
-        if (!cq_push(r->rcq, f) || o.resp_syndrome)
+        if (!cq_push(r->rcq, f) || o.resp_syndrome) {
             enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome)
                                            : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+            lc.peer_ok = false;
+        }
     }
     if (o.req_syndrome || o.signaled) {
         CqeFields f{};
@@ -509,25 +565,31 @@ GV_HOST_DEVICE void finish(QpState* q) {
         }
         ok = cq_push(q->scq, f);
     }
-    // Only the lock holder advances sq_ci; release so a later holder sees everything.
-    atom::store_release(&q->sq_ci, q->sq_ci + o.bbs);
+    // Only the lock holder advances sq_ci; the lock's release store publishes it.
+    atom::store_relaxed(&q->sq_ci, q->sq_ci + o.bbs);
+    lc.pending -= o.bbs;
     q->executed++;
-    if (o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR)
-        enter_error(q, o.req_syndrome);
-    else if (!ok)
-        enter_error(q, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    if ((o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) || !ok) {
+        enter_error(q, o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR
+                           ? uint32_t(o.req_syndrome)
+                           : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+        lc.state = kErr;
+    }
 }
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock.
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
+    LeaderCache lc;  // meaningful in the leader only
     for (;;) {
-        uint32_t act = 0;
-        if (g.leader()) act = prepare(q);
-        act = uint32_t(g.bcast(act));
-        if (act != kExecute) return act;
+        if (g.leader()) q->plan.act = prepare(q, lc);
+        // One barrier publishes the leader's plan; the one after the copy tells the leader
+        // everyone is done with it (so two barriers per WQE).
+        g.sync();
         const Plan& p = q->plan;
+        const uint32_t act = p.act;
+        if (act != kExecute) return act;
         uint32_t nseg = p.nseg;
         for (uint32_t i = 0; i < nseg; ++i) group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
         // RC ordering: every thread's stores of this WQE are visible (at the scope of
@@ -535,7 +597,7 @@ GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
         // next WQE is stored.
         if (nseg) atom::fence_release(p.sys != 0);
         g.sync();
-        if (g.leader()) finish(q);
+        if (g.leader()) finish(q, lc);
     }
 }
 

@@ -92,8 +92,10 @@ struct Outcome {
 
 /// Scratch the group holding a QP's execution fills for each WQE (one QP, one holder).
 struct Plan {
+    uint32_t act;  ///< what the group does next (exec.cuh's Action)
     uint32_t nseg;
     uint32_t sys;  ///< a destination is host memory: fence at system scope
+    uint32_t pad;
     Outcome out;
     CopySeg seg[kMaxPlanSegs];
 };
