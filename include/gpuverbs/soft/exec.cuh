@@ -88,10 +88,13 @@ GV_HOST_DEVICE void copy_words(const G& g, T* d, const T* s, uint64_t n) {
     for (; i < n; i += step) d[i] = s[i];
 }
 
-/// The group copies len bytes from src to dst (executor pointers).
+/// The group copies len bytes from src to dst (executor pointers). Returns whether the
+/// calling thread stored anything (only those threads need to fence).
 template <typename G>
-GV_HOST_DEVICE void group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t len) {
+GV_HOST_DEVICE bool group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t len) {
+    if (len == 0) return false;
 #if GV_DEVICE_CODE
+    const uint64_t total = len;
     auto* d = reinterpret_cast<uint8_t*>(dst);
     const auto* s = reinterpret_cast<const uint8_t*>(src);
     uint32_t unit = ((dst ^ src) & 15) == 0 ? 16 : ((dst ^ src) & 7) == 0 ? 8
@@ -113,9 +116,13 @@ GV_HOST_DEVICE void group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t 
         copy_words(g, d, s, words);
     uint64_t done = words * unit;
     for (uint64_t i = done + g.rank(); i < len; i += g.size()) d[i] = s[i];
+    // Every unit-sized or single-byte store is spread round-robin from rank 0, so a thread
+    // stored iff its rank is below the number of pieces.
+    return g.rank() < total;
 #else
     (void)g;
-    if (len) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+    return true;
 #endif
 }
 
@@ -178,6 +185,7 @@ GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t
 /// record, QP states and regions are not re-read (with acquire loads) for every WQE.
 struct LeaderCache {
     uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
+    uint32_t batches = 0;  ///< doorbell-record reads so far
     uint32_t state = 0;
     bool peer_ok = false;
     QpState* r = nullptr;
@@ -296,13 +304,16 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     p.sys = 0;
     unsigned long long ci = q->sq_ci;
     if (lc.pending == 0) {
+        // One batch per drain: work published later is found by progress()'s re-check
+        // after the lock is released.
+        if (lc.batches++) return kStop;
         // Acquire: the WQE bytes published up to the record are visible from here on.
         uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
         lc.pending = (pi - uint32_t(ci)) & 0xffff;
         if (lc.pending == 0) return kStop;
-        lc.state = atom::load_acquire(&q->state);
+        lc.state = atom::load_relaxed(&q->state);
         lc.r = q->remote;
-        uint32_t rstate = lc.r ? atom::load_acquire(&lc.r->state) : 0u;
+        uint32_t rstate = lc.r ? atom::load_relaxed(&lc.r->state) : 0u;
         lc.peer_ok = lc.r && lc.r->remote == q && (rstate == kRtr || rstate == kRts || rstate == kSqd);
     }
     const uint32_t pending = lc.pending;
@@ -312,7 +323,17 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
         return kStop;
     }
 
-    auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(q, ci, 0));
+    // The first WQEBB (ctrl, raddr, first data segment of most WQEs) in four independent
+    // loads, instead of a chain of dependent ones.
+    struct Seg16 {
+        uint64_t a, b;
+    } bb[4];
+    const auto* first = reinterpret_cast<const Seg16*>(sq_seg(q, ci, 0));
+    for (int i = 0; i < 4; ++i) bb[i] = first[i];
+    auto seg = [&](uint32_t k) -> const uint8_t* {
+        return k < 4 ? reinterpret_cast<const uint8_t*>(&bb[k]) : sq_seg(q, ci, k);
+    };
+    auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(seg(0));
     mlx5::CtrlFields c = mlx5::read_ctrl_seg(ctrl);
     o.opcode = c.opcode;
     o.wqe_index = uint16_t(ci);
@@ -352,7 +373,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     uint32_t rkey = 0;
     if (rdma) {
         if (c.ds < 2) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        auto* rs = reinterpret_cast<const mlx5_wqe_raddr_seg*>(sq_seg(q, ci, k++));
+        auto* rs = reinterpret_cast<const mlx5_wqe_raddr_seg*>(seg(k++));
         raddr = mlx5::from_be64(rs->raddr);
         rkey = mlx5::from_be32(rs->rkey);
     }
@@ -360,8 +381,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     // ---- atomics: one 8-byte operation, done here by the leader ----
     if (c.opcode == MLX5_OPCODE_ATOMIC_CS || c.opcode == MLX5_OPCODE_ATOMIC_FA) {
         if (c.ds != 4) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        auto* as = reinterpret_cast<const mlx5_wqe_atomic_seg*>(sq_seg(q, ci, k++));
-        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(sq_seg(q, ci, k++));
+        auto* as = reinterpret_cast<const mlx5_wqe_atomic_seg*>(seg(k++));
+        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(seg(k++));
         uint32_t llen = mlx5::from_be32(ds->byte_count);
         if (llen != 8) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
         uint32_t lsys = 0;
@@ -397,7 +418,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     uint64_t total = 0;
     const bool is_read = c.opcode == MLX5_OPCODE_RDMA_READ;
     while (k < c.ds) {
-        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(sq_seg(q, ci, k));
+        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(seg(k));
         uint32_t bc = mlx5::from_be32(ds->byte_count);
         if (bc & MLX5_INLINE_SEG) {
             if (is_read || nlocal) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
@@ -591,24 +612,26 @@ GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
         const uint32_t act = p.act;
         if (act != kExecute) return act;
         uint32_t nseg = p.nseg;
-        for (uint32_t i = 0; i < nseg; ++i) group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+        bool stored = false;
+        for (uint32_t i = 0; i < nseg; ++i) stored |= group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
         // RC ordering: every thread's stores of this WQE are visible (at the scope of
         // the memory written) before the leader completes it and before any byte of the
         // next WQE is stored.
-        if (nseg) atom::fence_release(p.sys != 0);
+        if (stored) atom::fence_release(p.sys != 0);
         g.sync();
         if (g.leader()) finish(q, lc);
     }
 }
 
-/// True when the QP has published WQEs that an executor could run now.
+/// True when the QP has published WQEs that an executor could run now. Relaxed loads: the
+/// caller has just issued a full fence.
 GV_HOST_DEVICE bool has_work(const QpState* q) {
-    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
-    unsigned long long ci = atom::load_acquire(&q->sq_ci);
+    uint32_t pi = mlx5::from_be32(atom::load_relaxed(&q->dbrec[MLX5_SND_DBR], q->sys != 0)) & 0xffff;
+    unsigned long long ci = atom::load_relaxed(&q->sq_ci);
     if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
-    uint32_t s = atom::load_acquire(&q->state);
+    uint32_t s = atom::load_relaxed(&q->state);
     if (s != kRts && s != kSqd && s != kErr && s != kSqe) return false;
-    return !atom::load_acquire(&q->rnr_waiting) || atom::now_ns() >= q->rnr_deadline;
+    return !atom::load_relaxed(&q->rnr_waiting) || atom::now_ns() >= q->rnr_deadline;
 }
 
 /// Runs a QP's published work if no other group is running it. Called by every thread of
