@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds gpuverbs and runs every test: the CPU tests, the GPU tests
+# (label "gpu"; they skip themselves with the reason where no GPU exists), then the CPU tests
+# again in a second tree built with AddressSanitizer and UndefinedBehaviorSanitizer.
+#
+# Env (see also scripts/common.sh): GV_SKIP_SANITIZERS=1 skips the sanitizer tree;
+# GV_ASAN_BUILD_DIR (default build-asan); GV_CTEST_JOBS (parallel CPU tests, default nproc).
+# Exits non-zero when anything fails; every test stage runs even after an earlier one failed.
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$GV_ROOT"
+
+GV_ASAN_BUILD_DIR=${GV_ASAN_BUILD_DIR:-build-asan}
+CTEST_JOBS=${GV_CTEST_JOBS:-$GV_JOBS}
+failed=()
+
+# run_ctest NAME DIR ARGS...: records a failure instead of stopping; the output stays in
+# DIR/ctest-last.log.
+run_ctest() {
+    local name=$1 dir=$2
+    shift 2
+    if ! ctest --test-dir "$dir" --output-on-failure --no-tests=ignore "$@" 2>&1 | tee "$dir/ctest-last.log"; then
+        failed+=("$name")
+    fi
+}
+
+# skip_reason DIR: ctest does not show why a test skipped itself: print what the first
+# skipped test of the last run said.
+skip_reason() {
+    local dir=$1 n
+    n=$(awk '/\(Skipped\)$/ {print $1; exit}' "$dir/ctest-last.log")
+    [ -n "$n" ] || return 0
+    printf 'why they skipped (test %s): ' "$n"
+    ctest --test-dir "$dir" -I "$n,$n" -V 2>&1 | grep -A1 ': Skipped$' | tail -n 1 | sed 's/^[0-9]*: //'
+}
+
+section "setup: dependencies (scripts/setup.sh)"
+"$GV_ROOT/scripts/setup.sh"
+describe_gpu
+
+section "configure: $GV_BUILD_DIR ($GV_BUILD_TYPE)"
+configure "$GV_BUILD_DIR"
+
+section "build: $GV_BUILD_DIR (-j$GV_JOBS)"
+cmake --build "$GV_BUILD_DIR" -j"$GV_JOBS" || fail "build of $GV_BUILD_DIR failed"
+
+# GPU tests run one at a time (they share one GPU); everything else in parallel.
+section "test: CPU tests ($GV_BUILD_DIR, ctest -LE gpu -j$CTEST_JOBS)"
+run_ctest "CPU tests" "$GV_BUILD_DIR" -LE gpu -j"$CTEST_JOBS"
+
+section "test: GPU tests ($GV_BUILD_DIR, ctest -L gpu)"
+n_gpu=$(ctest --test-dir "$GV_BUILD_DIR" -N -L gpu | awk '/Total Tests:/ {print $3}')
+if [ "${n_gpu:-0}" -gt 0 ]; then
+    run_ctest "GPU tests" "$GV_BUILD_DIR" -L gpu
+    skip_reason "$GV_BUILD_DIR"
+else
+    echo "no GPU tests in this tree: it was built without CUDA (no nvcc found, or GV_ENABLE_CUDA=OFF)"
+fi
+
+if [ "${GV_SKIP_SANITIZERS:-0}" = 1 ]; then
+    section "sanitizers: skipped (GV_SKIP_SANITIZERS=1)"
+else
+    section "configure: $GV_ASAN_BUILD_DIR (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only)"
+    GV_BUILD_TYPE=RelWithDebInfo configure "$GV_ASAN_BUILD_DIR" \
+        -DGV_SANITIZE=address,undefined -DGV_ENABLE_CUDA=OFF
+
+    section "build: $GV_ASAN_BUILD_DIR (-j$GV_JOBS)"
+    cmake --build "$GV_ASAN_BUILD_DIR" -j"$GV_JOBS" || fail "build of $GV_ASAN_BUILD_DIR failed"
+
+    section "test: CPU tests under ASan + UBSan ($GV_ASAN_BUILD_DIR, ctest -L cpu -j$CTEST_JOBS)"
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+        run_ctest "CPU tests under sanitizers" "$GV_ASAN_BUILD_DIR" -L cpu -j"$CTEST_JOBS"
+fi
+
+section "summary"
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "all tests passed ($((SECONDS - GV_T0)) s)"
