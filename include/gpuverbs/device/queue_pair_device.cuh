@@ -130,70 +130,137 @@ GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint3
     atom::store_release(&qp.ctr->sq_ready, pos + bbs, qp.sys != 0);
 }
 
-/// A send-queue reservation made by one thread, or jointly by the converged lanes of a
-/// warp posting to the same QP (one atomic and one publication for all of them).
+/// A send-queue reservation made by one thread, jointly by the converged lanes of a warp
+/// posting to the same QP, or by a whole block (one atomic and one publication for all).
 struct Reservation {
     unsigned long long pos;   ///< this thread's first WQEBB
     unsigned long long base;  ///< the group's first WQEBB
     unsigned long long last;  ///< position of the group's last WQE
-    uint32_t total;           ///< WQEBBs of the whole group
-    uint32_t mask;            ///< lanes of the group (device), 0 on the host
-    uint32_t leader;          ///< lane that reserved and publishes
-    uint32_t pad;
+    uint32_t total;           ///< WQEBBs of the whole group (0: nothing to publish)
+    uint32_t mask;            ///< lanes of the group (warp form), 0 otherwise
+    uint32_t leader;          ///< lane that reserved and publishes (warp form)
+    Status status;            ///< Ok, or why nothing was reserved (same for the group)
 };
 
-/// Reserves `bbs` WQEBBs for the calling thread. On the GPU, the converged lanes of a warp
-/// that reserve on the same QP at the same time share one reservation: ranks are ordered
-/// by lane, so their WQEs are consecutive. Waits up to timeout_ns for room (nothing is
-/// reserved on Timeout, for any lane of the group).
+/// Reserves `bbs` WQEBBs for the calling thread (bbs may be 0: the thread takes part in a
+/// collective reservation without posting).
+///  - Thread / Warp scope: the converged lanes of a warp that reserve on the same QP at the
+///    same time share one reservation (warp aggregation), ranks ordered by lane. Warp scope
+///    additionally promises that every lane of the warp calls.
+///  - Block scope: every thread of the block calls; thread 0 reserves for all, ranks ordered
+///    by linear thread index.
+/// Waits up to timeout_ns for room; on Timeout nothing is reserved, for any member.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
                                        uint64_t timeout_ns) {
 #if GV_DEVICE_CODE
     namespace cg = cooperative_groups;
-    const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.ctr));
-    auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.ctr));
-    uint32_t excl = cg::exclusive_scan(grp, bbs);
-    uint32_t total = cg::reduce(grp, bbs, cg::plus<uint32_t>());
-    uint32_t last_off = grp.shfl(excl, grp.size() - 1);
-    unsigned long long base = 0;
-    int st = 0;
-    if (grp.thread_rank() == 0) st = int(sq_reserve(qp, total, &base, timeout_ns));
-    st = grp.shfl(st, 0);
-    base = grp.shfl(base, 0);
-    res->pos = base + excl;
-    res->base = base;
-    res->last = base + last_off;
-    res->total = total;
-    res->mask = mask;
-    res->leader = __ffs(mask) - 1;
-    return Status(st);
+    if constexpr (S == Scope::Block) {
+        __shared__ uint32_t warp_off[32];
+        __shared__ unsigned long long blk_base, blk_last;
+        __shared__ uint32_t blk_total;
+        __shared__ int blk_st;
+        const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+        const uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
+        const uint32_t lane = tid & 31, wid = tid >> 5;
+        const uint32_t wmask = __activemask();
+        uint32_t incl = bbs;
+        for (uint32_t o = 1; o < 32; o <<= 1) {
+            uint32_t v = __shfl_up_sync(wmask, incl, o);
+            if (lane >= o) incl += v;
+        }
+        const uint32_t wsize = min(32u, nthreads - wid * 32);
+        if (lane == wsize - 1) warp_off[wid] = incl;  // the warp's total, for now
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t run = 0;
+            for (uint32_t w = 0; w < (nthreads + 31) / 32; ++w) {
+                uint32_t t = warp_off[w];
+                warp_off[w] = run;
+                run += t;
+            }
+            blk_total = run;
+            unsigned long long b = 0;
+            blk_st = run ? int(sq_reserve(qp, run, &b, timeout_ns)) : int(Status::Ok);
+            blk_base = b;
+        }
+        __syncthreads();
+        res->pos = blk_base + warp_off[wid] + incl - bbs;
+        if (tid == nthreads - 1) blk_last = res->pos;
+        __syncthreads();
+        res->base = blk_base;
+        res->last = blk_last;
+        res->total = blk_total;
+        res->mask = 0;
+        res->leader = 0;
+        res->status = Status(blk_st);
+        return res->status;
+    } else {
+        const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.ctr));
+        auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.ctr));
+        uint32_t excl = cg::exclusive_scan(grp, bbs);
+        uint32_t total = cg::reduce(grp, bbs, cg::plus<uint32_t>());
+        // The last WQE is the one of the highest-ranked member that posts one.
+        uint32_t last_off = excl;
+        uint32_t posting = bbs ? grp.thread_rank() : 0;
+        uint32_t last_rank = cg::reduce(grp, posting, cg::greater<uint32_t>());
+        last_off = grp.shfl(last_off, last_rank);
+        unsigned long long base = 0;
+        int st = int(Status::Ok);
+        if (grp.thread_rank() == 0 && total) st = int(sq_reserve(qp, total, &base, timeout_ns));
+        st = grp.shfl(st, 0);
+        base = grp.shfl(base, 0);
+        res->pos = base + excl;
+        res->base = base;
+        res->last = base + last_off;
+        res->total = total;
+        res->mask = mask;
+        res->leader = __ffs(mask) - 1;
+        res->status = Status(st);
+        return res->status;
+    }
 #else
+    static_assert(S == Scope::Thread, "CPU threads post at thread scope");
     res->mask = 0;
     res->leader = 0;
     res->total = bbs;
-    Status st = sq_reserve(qp, bbs, &res->pos, timeout_ns);
+    res->pos = 0;
+    res->status = bbs ? sq_reserve(qp, bbs, &res->pos, timeout_ns) : Status::Ok;
     res->base = res->last = res->pos;
-    return st;
+    return res->status;
 #endif
 }
 
-/// Publishes a reservation once every lane of its group wrote its WQE; returns when the
-/// WQEs are published (so a commit by any lane of the group includes them).
+/// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
+/// published (so a commit by any member includes them). Collective like the reservation.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res) {
 #if GV_DEVICE_CODE
-    // The warp barrier orders every lane's WQE stores before the leader's release store
-    // (release is cumulative over what the leader observed through the barrier).
-    __syncwarp(res.mask);
-    uint32_t lane;
-    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-    if (lane == res.leader) {
-        while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
-        atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
-        atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+    if constexpr (S == Scope::Block) {
+        // The block barrier orders every thread's WQE stores before thread 0's release
+        // store (release is cumulative over what thread 0 observed through the barrier).
+        __syncthreads();
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && res.total &&
+            res.status == Status::Ok) {
+            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
+            atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
+            atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+        }
+        __syncthreads();
+    } else {
+        // Same reasoning with the warp barrier.
+        __syncwarp(res.mask);
+        uint32_t lane;
+        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+        if (lane == res.leader && res.total && res.status == Status::Ok) {
+            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
+            atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
+            atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+        }
+        __syncwarp(res.mask);
     }
-    __syncwarp(res.mask);
 #else
-    sq_publish(qp, res.pos, res.total);
+    if (res.total && res.status == Status::Ok) sq_publish(qp, res.pos, res.total);
 #endif
 }
 
@@ -230,141 +297,236 @@ GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
     return k;
 }
 
-/// Posts one WQE with a gather/scatter list (thread scope, strong).
+/// Posts one WQE with a gather/scatter list (strong form: the library reserves its
+/// position). Scope as in sq_reserve_group: Thread (any threads, any time), Warp (every
+/// lane of the warp calls, one WQE each), Block (every thread of the block calls). Invalid
+/// arguments return InvalidArgument to the caller only; collective calls stay collective.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,
                                uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
                                uint64_t timeout_ns = kWaitForever) {
-    if (n > qp.max_send_sge) return Status::InvalidArgument;
-    uint32_t ds = sge_wqe_ds(opcode, sg, n);
-    uint32_t bbs = mlx5::ds_to_bbs(ds);
+    const bool valid = n <= qp.max_send_sge;
+    uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;
     Reservation res;
-    Status st = sq_reserve_group(qp, bbs, &res, timeout_ns);
-    if (st != Status::Ok) return st;
-    build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
-    sq_publish_group(qp, res);
-    return Status::Ok;
+    Status st = sq_reserve_group<S>(qp, bbs, &res, timeout_ns);
+    if (st == Status::Ok && valid)
+        build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
+    sq_publish_group<S>(qp, res);
+    return valid ? st : Status::InvalidArgument;
 }
 
 /// RDMA WRITE of [laddr, laddr+len) (lkey) to raddr (rkey) on the peer.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status write(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
                             uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
                             uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_sge(qp, MLX5_OPCODE_RDMA_WRITE, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_WRITE, &s, 1, raddr, rkey, 0, flags, timeout_ns);
 }
 
 /// RDMA WRITE with immediate: also consumes a receive on the peer, whose completion
 /// carries `imm` and the byte count.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status write_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
                                 uint64_t raddr, uint32_t rkey, uint32_t imm,
                                 uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_sge(qp, MLX5_OPCODE_RDMA_WRITE_IMM, &s, 1, raddr, rkey, imm, flags, timeout_ns);
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_WRITE_IMM, &s, 1, raddr, rkey, imm, flags, timeout_ns);
 }
 
 /// RDMA READ of the peer's [raddr, raddr+len) (rkey) into [laddr, laddr+len) (lkey).
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status read(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
                            uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
                            uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_sge(qp, MLX5_OPCODE_RDMA_READ, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_READ, &s, 1, raddr, rkey, 0, flags, timeout_ns);
 }
 
 /// SEND of [laddr, laddr+len) into the peer's next posted receive.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status send(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
                            uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_sge(qp, MLX5_OPCODE_SEND, &s, 1, 0, 0, 0, flags, timeout_ns);
+    return post_sge<S>(qp, MLX5_OPCODE_SEND, &s, 1, 0, 0, 0, flags, timeout_ns);
 }
 
+/// SEND with immediate data (the receive completion carries `imm`).
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status send_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
                                uint32_t imm, uint32_t flags = kSignaled,
                                uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_sge(qp, MLX5_OPCODE_SEND_IMM, &s, 1, 0, 0, imm, flags, timeout_ns);
+    return post_sge<S>(qp, MLX5_OPCODE_SEND_IMM, &s, 1, 0, 0, imm, flags, timeout_ns);
 }
 
 /// A NOP WQE (completes in order; useful to signal the end of unsignaled work).
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
                           uint64_t timeout_ns = kWaitForever) {
     Reservation res;
-    Status st = sq_reserve_group(qp, 1, &res, timeout_ns);
-    if (st != Status::Ok) return st;
-    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
-                       MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
-    sq_publish_group(qp, res);
-    return Status::Ok;
+    Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
+    if (st == Status::Ok)
+        mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
+                           MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
+    sq_publish_group<S>(qp, res);
+    return st;
 }
 
-/// Inline RDMA WRITE / SEND: the payload travels inside the WQE (len <= max_inline).
-GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void* data, uint32_t len,
-                                  uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
-                                  uint64_t timeout_ns = kWaitForever) {
-    if (len > qp.max_inline) return Status::InvalidArgument;
+/// Writes an inline WRITE / SEND WQE at pos (ds: its size, from inline_wqe_ds).
+GV_HOST_DEVICE void build_inline_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
+                                     const void* data, uint32_t len, uint64_t raddr, uint32_t rkey,
+                                     uint32_t imm, uint32_t flags, uint32_t ds) {
     const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
     uint32_t k = rdma ? 2 : 1;
-    uint32_t ds = k + mlx5::inline_ds(len);
-    if (ds > mlx5::kMaxDs) return Status::InvalidArgument;
-    uint32_t bbs = mlx5::ds_to_bbs(ds);
-    Reservation res;
-    Status st = sq_reserve_group(qp, bbs, &res, timeout_ns);
-    if (st != Status::Ok) return st;
-    const unsigned long long pos = res.pos;
     if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
     const auto* src = static_cast<const uint8_t*>(data);
     uint64_t ring = 64ull << qp.sq_log_bb;
     uint64_t off = (pos * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
     for (uint32_t i = 0; i < len; ++i) qp.sq[(off + i) & (ring - 1)] = src[i];
-    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
-                       0, qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
-    sq_publish_group(qp, res);
-    return Status::Ok;
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
+                       qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
 }
 
+GV_HOST_DEVICE uint32_t inline_wqe_ds(uint8_t opcode, uint32_t len) {
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
+    return (rdma ? 2 : 1) + mlx5::inline_ds(len);
+}
+
+/// Inline RDMA WRITE / SEND: the payload travels inside the WQE (len <= max_inline, else
+/// InvalidArgument at post time).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void* data, uint32_t len,
+                                  uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
+                                  uint64_t timeout_ns = kWaitForever) {
+    const uint32_t ds = inline_wqe_ds(opcode, len);
+    const bool valid = len <= qp.max_inline && ds <= mlx5::kMaxDs;
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, valid ? mlx5::ds_to_bbs(ds) : 0, &res, timeout_ns);
+    if (st == Status::Ok && valid) build_inline_wqe(qp, res.pos, opcode, data, len, raddr, rkey, imm, flags, ds);
+    sq_publish_group<S>(qp, res);
+    return valid ? st : Status::InvalidArgument;
+}
+
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status write_inline(const QpHandle& qp, const void* data, uint32_t len, uint64_t raddr,
                                    uint32_t rkey, uint32_t flags = kSignaled,
                                    uint64_t timeout_ns = kWaitForever) {
-    return post_inline(qp, MLX5_OPCODE_RDMA_WRITE, data, len, raddr, rkey, 0, flags, timeout_ns);
+    return post_inline<S>(qp, MLX5_OPCODE_RDMA_WRITE, data, len, raddr, rkey, 0, flags, timeout_ns);
 }
 
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status send_inline(const QpHandle& qp, const void* data, uint32_t len,
                                   uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
-    return post_inline(qp, MLX5_OPCODE_SEND, data, len, 0, 0, 0, flags, timeout_ns);
+    return post_inline<S>(qp, MLX5_OPCODE_SEND, data, len, 0, 0, 0, flags, timeout_ns);
 }
 
-/// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add
-/// (opcode MLX5_OPCODE_ATOMIC_FA) or compare-and-swap (MLX5_OPCODE_ATOMIC_CS). The old
-/// value lands in [laddr, laddr+8) (lkey, local-write access).
-GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* laddr, uint32_t lkey,
-                                  uint64_t raddr, uint32_t rkey, uint64_t swap_add,
-                                  uint64_t compare, uint32_t flags = kSignaled,
-                                  uint64_t timeout_ns = kWaitForever) {
-    Reservation res;
-    Status st = sq_reserve_group(qp, 1, &res, timeout_ns);
-    if (st != Status::Ok) return st;
-    const unsigned long long pos = res.pos;
+/// Writes an atomic WQE (one WQEBB) at pos.
+GV_HOST_DEVICE void build_atomic_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode, void* laddr,
+                                     uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+                                     uint64_t compare, uint32_t flags) {
     mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_atomic_seg(reinterpret_cast<mlx5_wqe_atomic_seg*>(sq_seg(qp, pos, 2)), swap_add, compare);
     mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
                        reinterpret_cast<uint64_t>(laddr));
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
                        qp.qpn, fm_ce_se(flags), 4, 0, 0);
-    sq_publish_group(qp, res);
-    return Status::Ok;
 }
 
+/// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add
+/// (opcode MLX5_OPCODE_ATOMIC_FA) or compare-and-swap (MLX5_OPCODE_ATOMIC_CS). The old
+/// value lands in [laddr, laddr+8) (lkey, local-write access).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* laddr, uint32_t lkey,
+                                  uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+                                  uint64_t compare, uint32_t flags = kSignaled,
+                                  uint64_t timeout_ns = kWaitForever) {
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
+    if (st == Status::Ok) build_atomic_wqe(qp, res.pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags);
+    sq_publish_group<S>(qp, res);
+    return st;
+}
+
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status fetch_add(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
                                 uint32_t rkey, uint64_t add, uint32_t flags = kSignaled,
                                 uint64_t timeout_ns = kWaitForever) {
-    return post_atomic(qp, MLX5_OPCODE_ATOMIC_FA, laddr, lkey, raddr, rkey, add, 0, flags, timeout_ns);
+    return post_atomic<S>(qp, MLX5_OPCODE_ATOMIC_FA, laddr, lkey, raddr, rkey, add, 0, flags, timeout_ns);
 }
 
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status compare_swap(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
                                    uint32_t rkey, uint64_t compare, uint64_t swap,
                                    uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
-    return post_atomic(qp, MLX5_OPCODE_ATOMIC_CS, laddr, lkey, raddr, rkey, swap, compare, flags,
-                       timeout_ns);
+    return post_atomic<S>(qp, MLX5_OPCODE_ATOMIC_CS, laddr, lkey, raddr, rkey, swap, compare, flags, timeout_ns);
+}
+
+/// Put with signal: a WRITE of [laddr, laddr+len) to raddr, then a fetch-add of `add` on
+/// the peer's 8-byte signal word. RC executes them in order, so a peer that sees the
+/// signal change sees the data. The signal's old value lands in *old (local write access).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status put_signal(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                                 uint64_t raddr, uint32_t rkey, uint64_t* old, uint32_t old_lkey,
+                                 uint64_t signal_addr, uint32_t signal_rkey, uint64_t add,
+                                 uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Status st = write<S>(qp, laddr, len, lkey, raddr, rkey, 0, timeout_ns);
+    if (st != Status::Ok) return st;
+    return fetch_add<S>(qp, old, old_lkey, signal_addr, signal_rkey, add, flags, timeout_ns);
+}
+
+// ---- weak form: the caller chooses positions --------------------------------------------
+
+/// The send queue as the weak form sees it: the next free position, the ring mask, and how
+/// many WQEBBs are free from there (retired slots only).
+struct SqPosition {
+    unsigned long long pos;
+    uint32_t mask;
+    uint32_t free;
+};
+
+/// Current position for the weak form. The caller owns the QP's send queue until
+/// commit_weak (no strong-form posting to it meanwhile) and writes at pos .. pos+free-1.
+GV_HOST_DEVICE SqPosition get_position(const QpHandle& qp) {
+    unsigned long long r = atom::load_acquire(&qp.ctr->sq_reserved, qp.sys != 0);
+    unsigned long long ret = atom::load_acquire(&qp.ctr->sq_retired, qp.sys != 0);
+    uint32_t ring = 1u << qp.sq_log_bb;
+    return SqPosition{r, ring - 1, uint32_t(ring - (r - ret))};
+}
+
+/// Weak-form builders: one single-WQEBB WQE at a caller-chosen position (thread scope,
+/// no atomics). WRITE / READ / SEND with one buffer, atomics, and inline payloads that fit
+/// one WQEBB (<= 12 bytes for WRITE, <= 28 for SEND); larger returns InvalidArgument.
+GV_HOST_DEVICE Status write_weak(const QpHandle& qp, unsigned long long pos, const void* laddr, uint32_t len,
+                                 uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t flags = 0) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    build_sge_wqe(qp, pos, MLX5_OPCODE_RDMA_WRITE, flags, 0, raddr, rkey, &s, 1);
+    return Status::Ok;
+}
+GV_HOST_DEVICE Status read_weak(const QpHandle& qp, unsigned long long pos, void* laddr, uint32_t len,
+                                uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t flags = 0) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    build_sge_wqe(qp, pos, MLX5_OPCODE_RDMA_READ, flags, 0, raddr, rkey, &s, 1);
+    return Status::Ok;
+}
+GV_HOST_DEVICE Status send_weak(const QpHandle& qp, unsigned long long pos, const void* laddr, uint32_t len,
+                                uint32_t lkey, uint32_t flags = 0) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    build_sge_wqe(qp, pos, MLX5_OPCODE_SEND, flags, 0, 0, 0, &s, 1);
+    return Status::Ok;
+}
+GV_HOST_DEVICE Status write_inline_weak(const QpHandle& qp, unsigned long long pos, const void* data,
+                                        uint32_t len, uint64_t raddr, uint32_t rkey, uint32_t flags = 0) {
+    uint32_t ds = inline_wqe_ds(MLX5_OPCODE_RDMA_WRITE, len);
+    if (len > qp.max_inline || mlx5::ds_to_bbs(ds) != 1) return Status::InvalidArgument;
+    build_inline_wqe(qp, pos, MLX5_OPCODE_RDMA_WRITE, data, len, raddr, rkey, 0, flags, ds);
+    return Status::Ok;
+}
+GV_HOST_DEVICE Status fetch_add_weak(const QpHandle& qp, unsigned long long pos, uint64_t* laddr, uint32_t lkey,
+                                     uint64_t raddr, uint32_t rkey, uint64_t add, uint32_t flags = 0) {
+    build_atomic_wqe(qp, pos, MLX5_OPCODE_ATOMIC_FA, laddr, lkey, raddr, rkey, add, 0, flags);
+    return Status::Ok;
 }
 
 // ---- doorbell ---------------------------------------------------------------------------
