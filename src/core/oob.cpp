@@ -1,0 +1,827 @@
+#include "gpuverbs/oob.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace gv::oob {
+
+using detail::hex;
+
+// ---------------------------------------------------------------------------------------------
+// Records
+// ---------------------------------------------------------------------------------------------
+
+const char* record_type_name(RecordType t) {
+    switch (t) {
+        case RecordType::Qp: return "QP record";
+        case RecordType::Memory: return "memory record";
+        case RecordType::Hello: return "hello record";
+    }
+    return "unknown record";
+}
+
+uint32_t crc32(const uint8_t* data, size_t size) {
+    static const auto table = [] {
+        std::array<uint32_t, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            t[i] = c;
+        }
+        return t;
+    }();
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < size; ++i) c = table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+namespace {
+
+struct Kind {
+    uint32_t magic;
+    RecordType type;
+    size_t min_payload, max_payload;
+};
+constexpr size_t kQpFixedPayload = 32;
+constexpr Kind kQpKind{kQpRecordMagic, RecordType::Qp, kQpFixedPayload, kQpFixedPayload + kMaxDeviceName};
+constexpr Kind kMemoryKind{kMemoryRecordMagic, RecordType::Memory, 24, 24};
+constexpr Kind kHelloKind{kHelloMagic, RecordType::Hello, 12, 12};
+
+uint16_t get16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
+uint32_t get32(const uint8_t* p) { return uint32_t(get16(p)) | uint32_t(get16(p + 2)) << 16; }
+uint64_t get64(const uint8_t* p) { return uint64_t(get32(p)) | uint64_t(get32(p + 4)) << 32; }
+
+struct Writer {
+    std::vector<uint8_t> b;
+    void u8(uint8_t v) { b.push_back(v); }
+    void u16(uint16_t v) { u8(uint8_t(v)), u8(uint8_t(v >> 8)); }
+    void u32(uint32_t v) { u16(uint16_t(v)), u16(uint16_t(v >> 16)); }
+    void u64(uint64_t v) { u32(uint32_t(v)), u32(uint32_t(v >> 32)); }
+    void bytes(const void* p, size_t n) {
+        auto* c = static_cast<const uint8_t*>(p);
+        b.insert(b.end(), c, c + n);
+    }
+};
+
+// Backends on the wire have their own codes, independent of the enum's order.
+uint8_t backend_code(Backend b) {
+    switch (b) {
+        case Backend::Soft: return 1;
+        case Backend::Mlx5: return 2;
+        case Backend::Verbs: return 3;
+        case Backend::Auto: break;
+    }
+    return 0;
+}
+bool backend_from_code(uint8_t c, Backend* b) {
+    switch (c) {
+        case 1: *b = Backend::Soft; return true;
+        case 2: *b = Backend::Mlx5; return true;
+        case 3: *b = Backend::Verbs; return true;
+    }
+    return false;
+}
+
+const Kind* kind_of_magic(uint32_t magic) {
+    for (const Kind* k : {&kQpKind, &kMemoryKind, &kHelloKind})
+        if (k->magic == magic) return k;
+    return nullptr;
+}
+
+std::vector<uint8_t> frame(const Kind& k, const std::vector<uint8_t>& payload) {
+    Writer w;
+    w.u32(k.magic);
+    w.u16(kRecordVersion);
+    w.u16(uint16_t(k.type));
+    w.u32(uint32_t(payload.size()));
+    w.bytes(payload.data(), payload.size());
+    w.u32(crc32(w.b.data(), w.b.size()));
+    return std::move(w.b);
+}
+
+[[noreturn]] void bad(const Kind& k, const std::string& msg) {
+    throw RemoteError(std::string(record_type_name(k.type)) + ": " + msg);
+}
+
+// Checks the frame around a record and returns its payload.
+const uint8_t* unframe(const Kind& k, const uint8_t* d, size_t n, size_t* payload_size) {
+    const std::string name = record_type_name(k.type);
+    auto short_header = [&] {
+        bad(k, "record truncated: " + std::to_string(n) + " bytes, shorter than the " +
+                   std::to_string(kRecordHeaderBytes) + "-byte header");
+    };
+    if (n < 4 || d == nullptr) short_header();
+    uint32_t magic = get32(d);
+    if (magic != k.magic) {
+        if (const Kind* other = kind_of_magic(magic))
+            bad(k, std::string("wrong record: got a ") + record_type_name(other->type) + " (magic " +
+                       hex(magic) + ") expected " + hex(k.magic));
+        bad(k, "not a gpuverbs record: magic " + hex(magic) + " expected " + hex(k.magic));
+    }
+    if (n < kRecordHeaderBytes) short_header();
+    uint16_t version = get16(d + 4);
+    if (version != kRecordVersion)
+        bad(k, "record version " + std::to_string(version) + ", this build reads version " +
+                   std::to_string(kRecordVersion));
+    uint16_t type = get16(d + 6);
+    if (type != uint16_t(k.type))
+        bad(k, "record type " + std::to_string(type) + " disagrees with its magic (type " +
+                   std::to_string(uint16_t(k.type)) + ")");
+    uint32_t len = get32(d + 8);
+    if (len < k.min_payload || len > k.max_payload)
+        bad(k, "payload length " + std::to_string(len) + " out of range (" + std::to_string(k.min_payload) +
+                   (k.min_payload == k.max_payload ? "" : ".." + std::to_string(k.max_payload)) + " bytes)");
+    size_t total = kRecordHeaderBytes + len + kRecordTrailerBytes;
+    if (n < total)
+        bad(k, "record truncated: " + std::to_string(n) + " bytes, header says " + std::to_string(total));
+    if (n > total)
+        bad(k, "record oversized: " + std::to_string(n) + " bytes, header says " + std::to_string(total) +
+                   " (" + std::to_string(n - total) + " trailing bytes)");
+    uint32_t stored = get32(d + total - kRecordTrailerBytes);
+    uint32_t computed = crc32(d, total - kRecordTrailerBytes);
+    if (stored != computed)
+        bad(k, "record checksum mismatch: stored " + hex(stored) + ", computed " + hex(computed));
+    *payload_size = len;
+    return d + kRecordHeaderBytes;
+}
+
+// Field rules shared by serialize() (local bug: InvalidUsage) and parse() (peer: RemoteError).
+std::string check_qp(const QpEndpoint& e) {
+    if (backend_code(e.backend) == 0)
+        return std::string("backend ") + backend_name(e.backend) +
+               " is not a concrete backend (soft, mlx5 or verbs)";
+    if (e.qpn >= (1u << 24)) return "qpn " + hex(e.qpn) + " out of range (24 bits)";
+    if (e.psn >= (1u << 24)) return "psn " + hex(e.psn) + " out of range (24 bits)";
+    if (e.mtu != 256 && e.mtu != 512 && e.mtu != 1024 && e.mtu != 2048 && e.mtu != 4096)
+        return "path MTU " + std::to_string(e.mtu) + " is not 256, 512, 1024, 2048 or 4096";
+    if (e.device.size() > kMaxDeviceName)
+        return "device name of " + std::to_string(e.device.size()) + " bytes, longer than " +
+               std::to_string(kMaxDeviceName);
+    for (size_t i = 0; i < e.device.size(); ++i) {
+        auto c = uint8_t(e.device[i]);
+        if (c < 0x20 || c > 0x7e)
+            return "device name has a non-printable byte " + hex(c) + " at offset " + std::to_string(i);
+    }
+    return {};
+}
+
+std::string check_buffer(const RemoteBuffer& b) {
+    if (b.length == 0) return "buffer length 0 (an exported buffer cannot be empty)";
+    if (b.addr + (b.length - 1) < b.addr)  // the last byte's address must not wrap
+        return "buffer at " + hex(b.addr) + " of " + std::to_string(b.length) +
+               " bytes wraps around the address space";
+    if (b.access & ~uint32_t(kAllAccess))
+        return "access " + hex(b.access) + " has bits outside gv::Access (" + hex(kAllAccess) + ")";
+    return {};
+}
+
+std::string check_hello(const HelloRecord& h) {
+    if (backend_code(h.backend) == 0)
+        return std::string("backend ") + backend_name(h.backend) +
+               " is not a concrete backend (soft, mlx5 or verbs)";
+    if (h.qp_count > kMaxExchangeRecords)
+        return "QP record count " + std::to_string(h.qp_count) + " exceeds " +
+               std::to_string(kMaxExchangeRecords);
+    if (h.memory_count > kMaxExchangeRecords)
+        return "memory record count " + std::to_string(h.memory_count) + " exceeds " +
+               std::to_string(kMaxExchangeRecords);
+    return {};
+}
+
+}  // namespace
+
+std::vector<uint8_t> QpRecord::serialize() const {
+    std::string err = check_qp(endpoint);
+    GV_REQUIRE(err.empty(), "cannot serialize a QP record: " + err);
+    Writer w;
+    w.u8(backend_code(endpoint.backend));
+    w.u8(uint8_t(endpoint.device.size()));
+    w.u16(endpoint.lid);
+    w.u32(endpoint.qpn);
+    w.u32(endpoint.psn);
+    w.u32(endpoint.mtu);
+    w.bytes(endpoint.gid.data(), endpoint.gid.size());
+    w.bytes(endpoint.device.data(), endpoint.device.size());
+    return frame(kQpKind, w.b);
+}
+
+QpRecord QpRecord::parse(const uint8_t* data, size_t size) {
+    size_t len = 0;
+    const uint8_t* p = unframe(kQpKind, data, size, &len);
+    QpRecord r;
+    QpEndpoint& e = r.endpoint;
+    if (!backend_from_code(p[0], &e.backend)) bad(kQpKind, "unknown backend code " + std::to_string(p[0]));
+    size_t name_len = p[1];
+    if (name_len > kMaxDeviceName)
+        bad(kQpKind,
+            "device name length " + std::to_string(name_len) + " exceeds " + std::to_string(kMaxDeviceName));
+    if (len != kQpFixedPayload + name_len)
+        bad(kQpKind, "payload length " + std::to_string(len) + " disagrees with the device name length " +
+                         std::to_string(name_len) + " (expected " +
+                         std::to_string(kQpFixedPayload + name_len) + ")");
+    e.lid = get16(p + 2);
+    e.qpn = get32(p + 4);
+    e.psn = get32(p + 8);
+    e.mtu = get32(p + 12);
+    std::memcpy(e.gid.data(), p + 16, 16);
+    e.device.assign(reinterpret_cast<const char*>(p + kQpFixedPayload), name_len);
+    std::string err = check_qp(e);
+    if (!err.empty()) bad(kQpKind, err);
+    return r;
+}
+
+std::vector<uint8_t> MemoryRecord::serialize() const {
+    std::string err = check_buffer(buffer);
+    GV_REQUIRE(err.empty(), "cannot serialize a memory record: " + err);
+    Writer w;
+    w.u64(buffer.addr);
+    w.u64(buffer.length);
+    w.u32(buffer.rkey);
+    w.u32(buffer.access);
+    return frame(kMemoryKind, w.b);
+}
+
+MemoryRecord MemoryRecord::parse(const uint8_t* data, size_t size) {
+    size_t len = 0;
+    const uint8_t* p = unframe(kMemoryKind, data, size, &len);
+    MemoryRecord r;
+    r.buffer.addr = get64(p);
+    r.buffer.length = get64(p + 8);
+    r.buffer.rkey = get32(p + 16);
+    r.buffer.access = get32(p + 20);
+    std::string err = check_buffer(r.buffer);
+    if (!err.empty()) bad(kMemoryKind, err);
+    return r;
+}
+
+std::vector<uint8_t> HelloRecord::serialize() const {
+    std::string err = check_hello(*this);
+    GV_REQUIRE(err.empty(), "cannot serialize a hello record: " + err);
+    Writer w;
+    w.u32(qp_count);
+    w.u32(memory_count);
+    w.u8(backend_code(backend));
+    w.u8(0), w.u8(0), w.u8(0);
+    return frame(kHelloKind, w.b);
+}
+
+HelloRecord HelloRecord::parse(const uint8_t* data, size_t size) {
+    size_t len = 0;
+    const uint8_t* p = unframe(kHelloKind, data, size, &len);
+    HelloRecord h;
+    h.qp_count = get32(p);
+    h.memory_count = get32(p + 4);
+    if (!backend_from_code(p[8], &h.backend)) bad(kHelloKind, "unknown backend code " + std::to_string(p[8]));
+    for (int i = 9; i < 12; ++i)
+        if (p[i] != 0)
+            bad(kHelloKind, "reserved byte " + std::to_string(i) + " is " + hex(p[i]) + ", must be 0");
+    std::string err = check_hello(h);
+    if (!err.empty()) bad(kHelloKind, err);
+    return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sockets
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+public:
+    explicit Deadline(int timeout_ms)
+        : infinite_(timeout_ms < 0),
+          timeout_ms_(timeout_ms),
+          end_(Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms)) {}
+    /// Milliseconds left for poll(): -1 without limit, 0 when expired, else rounded up.
+    int remaining_ms() const {
+        if (infinite_) return -1;
+        auto left = std::chrono::duration_cast<std::chrono::microseconds>(end_ - Clock::now()).count();
+        return left <= 0 ? 0 : int((left + 999) / 1000);
+    }
+    bool expired() const { return !infinite_ && Clock::now() >= end_; }
+    int timeout_ms() const { return timeout_ms_; }
+
+private:
+    bool infinite_;
+    int timeout_ms_;
+    Clock::time_point end_;
+};
+
+std::string host_port(const std::string& host, uint16_t port) {
+    bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string sockaddr_name(const sockaddr* sa, socklen_t len) {
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return "?";
+    return host_port(host, uint16_t(std::atoi(serv)));
+}
+
+void close_fd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+}
+
+void set_nodelay(int fd) {
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
+        throw SystemError("setsockopt(TCP_NODELAY) failed", errno);
+}
+
+/// Waits for `events` on fd until the deadline. Returns revents, 0 on timeout.
+short wait_fd(int fd, short events, const Deadline& dl) {
+    for (;;) {
+        pollfd p{fd, events, 0};
+        int r = ::poll(&p, 1, dl.remaining_ms());
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            throw SystemError("poll failed", errno);
+        }
+        if (r == 0) return 0;
+        if (p.revents & POLLNVAL) throw SystemError("poll on a closed socket", EBADF);
+        return p.revents;
+    }
+}
+
+struct AddrInfo {
+    addrinfo* list = nullptr;
+    ~AddrInfo() {
+        if (list) freeaddrinfo(list);
+    }
+};
+
+// Receives one length-prefixed frame, possibly over several calls; never reads past it.
+struct FrameReader {
+    uint8_t hdr[4]{};
+    size_t hdr_have = 0;
+    bool have_len = false;
+    uint32_t len = 0;
+    std::vector<uint8_t> body;
+    size_t body_have = 0;
+
+    size_t got() const { return hdr_have + body_have; }
+    size_t want() const { return have_len ? 4 + size_t(len) : 4; }
+    std::string progress() const {
+        return std::to_string(got()) + " of " + std::to_string(want()) + " bytes of a message";
+    }
+    void reset() { *this = FrameReader{}; }
+    std::vector<uint8_t> take() {
+        std::vector<uint8_t> b = std::move(body);
+        reset();
+        return b;
+    }
+
+    /// Reads what the socket has. True when the frame is complete, false when it would block.
+    bool pump(int fd, const std::string& peer, uint32_t max_message) {
+        for (;;) {
+            uint8_t* dst = have_len ? body.data() + body_have : hdr + hdr_have;
+            size_t room = have_len ? len - body_have : 4 - hdr_have;
+            ssize_t r = ::recv(fd, dst, room, 0);
+            if (r > 0) {
+                if (have_len) {
+                    body_have += size_t(r);
+                    if (body_have == len) return true;
+                    continue;
+                }
+                hdr_have += size_t(r);
+                if (hdr_have < 4) continue;
+                len = get32(hdr);
+                if (len == 0) throw RemoteError("peer " + peer + " sent an empty frame (length 0)");
+                if (len > max_message)
+                    throw RemoteError("peer " + peer + " sent a frame of " + std::to_string(len) +
+                                      " bytes, more than the maximum message of " +
+                                      std::to_string(max_message) + " bytes");
+                have_len = true;
+                body.resize(len);
+                continue;
+            }
+            if (r == 0) throw RemoteError("peer " + peer + " closed the connection after " + progress());
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+            if (errno == ECONNRESET)
+                throw RemoteError("peer " + peer + " reset the connection after " + progress());
+            throw SystemError("recv from " + peer + " failed", errno);
+        }
+    }
+};
+
+/// Sends from buf[sent..n) what the socket takes. True when all is sent, false when it would
+/// block.
+bool send_some(int fd, const uint8_t* buf, size_t n, size_t& sent, const std::string& peer,
+               const char* what) {
+    while (sent < n) {
+        ssize_t w = ::send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += size_t(w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+            throw RemoteError("peer " + peer + " closed the connection after we sent " +
+                              std::to_string(sent) + " of " + std::to_string(n) + " bytes of " + what);
+        throw SystemError("send to " + peer + " failed", w < 0 ? errno : EIO);
+    }
+    return true;
+}
+
+void append_frame(std::vector<uint8_t>& out, const uint8_t* msg, size_t size) {
+    auto n = uint32_t(size);
+    uint8_t h[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+    out.insert(out.end(), h, h + 4);
+    out.insert(out.end(), msg, msg + size);
+}
+void append_frame(std::vector<uint8_t>& out, const std::vector<uint8_t>& msg) {
+    append_frame(out, msg.data(), msg.size());
+}
+
+bool retryable_connect_error(int e) {
+    switch (e) {
+        case ECONNREFUSED:
+        case ETIMEDOUT:
+        case EHOSTUNREACH:
+        case ENETUNREACH:
+        case ENETDOWN:
+        case ECONNRESET:
+        case ECONNABORTED:
+        case EAGAIN:
+        case EADDRNOTAVAIL: return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+struct Channel::Impl {
+    int fd = -1;
+    std::string peer;
+    uint32_t max_message = kDefaultMaxMessage;
+    bool broken = false;
+    std::string broken_why;
+    FrameReader reader;
+
+    ~Impl() { close_fd(fd); }
+    void check_usable() const {
+        GV_REQUIRE(fd >= 0, "channel is not connected");
+        GV_REQUIRE(!broken, "channel to " + peer + " is broken by an earlier error: " + broken_why);
+    }
+    void mark_broken(const char* why) {
+        broken = true;
+        broken_why = why;
+    }
+};
+
+struct Listener::Impl {
+    int fd = -1;
+    std::string address;
+    uint16_t port = 0;
+    ~Impl() { close_fd(fd); }
+};
+
+// ----- Listener -----
+
+Listener::Listener() = default;
+Listener::Listener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Listener::~Listener() = default;
+Listener::Listener(Listener&&) noexcept = default;
+Listener& Listener::operator=(Listener&&) noexcept = default;
+
+uint16_t Listener::port() const { return impl_ ? impl_->port : 0; }
+const std::string& Listener::address() const {
+    static const std::string none;
+    return impl_ ? impl_->address : none;
+}
+int Listener::fd() const { return impl_ ? impl_->fd : -1; }
+void Listener::close() {
+    if (impl_) close_fd(impl_->fd);
+}
+
+Channel Listener::accept(int timeout_ms) {
+    GV_REQUIRE(impl_ && impl_->fd >= 0, "accept on a closed listener");
+    Deadline dl(timeout_ms);
+    for (;;) {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        int fd = ::accept4(impl_->fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            auto c = std::make_unique<Channel::Impl>();
+            c->fd = fd;
+            c->peer = sockaddr_name(reinterpret_cast<sockaddr*>(&ss), len);
+            set_nodelay(fd);
+            return Channel(std::move(c));
+        }
+        // A client that gave up between poll and accept is not our failure: wait for another.
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+            throw SystemError("accept on " + host_port(impl_->address, impl_->port) + " failed", errno);
+        if (!wait_fd(impl_->fd, POLLIN, dl))
+            throw TimeoutError("no client connected to " + host_port(impl_->address, impl_->port) +
+                               " within " + std::to_string(timeout_ms) + " ms");
+    }
+}
+
+// ----- Channel -----
+
+Channel::Channel() = default;
+Channel::Channel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Channel::~Channel() = default;
+Channel::Channel(Channel&&) noexcept = default;
+Channel& Channel::operator=(Channel&&) noexcept = default;
+
+bool Channel::is_open() const { return impl_ && impl_->fd >= 0; }
+std::string Channel::peer() const { return impl_ ? impl_->peer : std::string(); }
+int Channel::fd() const { return impl_ ? impl_->fd : -1; }
+void Channel::close() {
+    if (impl_) close_fd(impl_->fd);
+}
+void Channel::set_max_message(uint32_t bytes) {
+    GV_REQUIRE(impl_, "channel is not connected");
+    GV_REQUIRE(bytes > 0, "max_message must be at least 1 byte");
+    impl_->max_message = bytes;
+}
+uint32_t Channel::max_message() const { return impl_ ? impl_->max_message : kDefaultMaxMessage; }
+
+void Channel::bad_record(const std::string& what) const {
+    throw RemoteError("peer " + peer() + " sent a bad record: " + what);
+}
+
+Listener Channel::listen(uint16_t port, const std::string& address) {
+    const std::string where = host_port(address.empty() ? "*" : address, port);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    AddrInfo ai;
+    std::string serv = std::to_string(port);
+    int g = getaddrinfo(address.empty() ? nullptr : address.c_str(), serv.c_str(), &hints, &ai.list);
+    if (g != 0) throw InvalidUsage("cannot listen on " + where + ": " + gai_strerror(g));
+
+    auto impl = std::make_unique<Listener::Impl>();
+    impl->address = address;
+    for (addrinfo* a = ai.list; a; a = a->ai_next) {
+        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            if (a->ai_next) continue;
+            throw SystemError("socket for " + where + " failed", errno);
+        }
+        impl->fd = fd;  // closed by impl on any throw below
+        int one = 1;
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+            throw SystemError("setsockopt(SO_REUSEADDR) failed", errno);
+        if (::bind(fd, a->ai_addr, a->ai_addrlen) < 0) {
+            int e = errno;
+            if (e == EADDRINUSE)
+                throw SystemError("port " + std::to_string(port) + " already in use on " +
+                                      (address.empty() ? std::string("any address") : address),
+                                  e);
+            if (e == EADDRNOTAVAIL)
+                throw SystemError("cannot listen on " + where + ": not an address of this host", e);
+            throw SystemError("bind to " + where + " failed", e);
+        }
+        if (::listen(fd, 128) < 0) throw SystemError("listen on " + where + " failed", errno);
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) < 0)
+            throw SystemError("getsockname failed", errno);
+        impl->port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+        return Listener(std::move(impl));
+    }
+    throw InvalidUsage("cannot listen on " + where + ": no usable address");
+}
+
+Channel Channel::connect(const std::string& host, uint16_t port, int timeout_ms) {
+    const std::string where = host_port(host, port);
+    GV_REQUIRE(!host.empty(), "connect needs a host name or address");
+    Deadline dl(timeout_ms);
+    int last_err = 0;
+    int attempts = 0;
+    int backoff_ms = 5;
+    std::string serv = std::to_string(port);
+    for (;;) {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_NUMERICSERV;
+        AddrInfo ai;
+        int g = getaddrinfo(host.c_str(), serv.c_str(), &hints, &ai.list);
+        if (g != 0 && g != EAI_AGAIN)
+            throw InvalidUsage("cannot connect to " + where + ": cannot resolve '" + host +
+                               "': " + gai_strerror(g));
+        for (addrinfo* a = g == 0 ? ai.list : nullptr; a; a = a->ai_next) {
+            ++attempts;
+            auto impl = std::make_unique<Impl>();
+            impl->fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+            if (impl->fd < 0) {
+                last_err = errno;
+                continue;
+            }
+            int err = 0;
+            if (::connect(impl->fd, a->ai_addr, a->ai_addrlen) < 0) {
+                err = errno;
+                if (err == EINPROGRESS || err == EINTR) {
+                    if (!wait_fd(impl->fd, POLLOUT, dl)) {
+                        last_err = ETIMEDOUT;
+                        break;  // the deadline passed while the handshake was pending
+                    }
+                    socklen_t l = sizeof err;
+                    if (getsockopt(impl->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) err = errno;
+                }
+            }
+            if (err == 0) {
+                sockaddr_storage me{}, them{};
+                socklen_t lm = sizeof me, lt = sizeof them;
+                getsockname(impl->fd, reinterpret_cast<sockaddr*>(&me), &lm);
+                getpeername(impl->fd, reinterpret_cast<sockaddr*>(&them), &lt);
+                impl->peer = sockaddr_name(reinterpret_cast<sockaddr*>(&them), lt);
+                // Retrying against a closed local port can connect a socket to itself (TCP
+                // simultaneous open when the kernel picks the target port as source port).
+                if (impl->peer == sockaddr_name(reinterpret_cast<sockaddr*>(&me), lm)) {
+                    last_err = ECONNREFUSED;
+                    continue;
+                }
+                set_nodelay(impl->fd);
+                return Channel(std::move(impl));
+            }
+            last_err = err;
+            if (!retryable_connect_error(err)) throw SystemError("connect to " + where + " failed", err);
+        }
+        if (g == EAI_AGAIN) last_err = EAGAIN;
+        int left = dl.remaining_ms();
+        if (left == 0)
+            throw TimeoutError("could not connect to " + where + " within " + std::to_string(timeout_ms) +
+                               " ms (" + std::to_string(attempts) + " attempts, last error: " +
+                               (last_err ? std::strerror(last_err) : "none") + ")");
+        int nap = left < 0 ? backoff_ms : std::min(backoff_ms, left);
+        std::this_thread::sleep_for(std::chrono::milliseconds(nap));
+        backoff_ms = std::min(backoff_ms * 2, 100);
+    }
+}
+
+void Channel::send_message(const uint8_t* data, size_t size, int timeout_ms) {
+    GV_REQUIRE(impl_, "channel is not connected");
+    impl_->check_usable();
+    GV_REQUIRE(size > 0, "cannot send an empty message");
+    GV_REQUIRE(size <= impl_->max_message, "message of " + std::to_string(size) +
+                                               " bytes exceeds the channel's maximum of " +
+                                               std::to_string(impl_->max_message));
+    std::vector<uint8_t> out;
+    out.reserve(size + 4);
+    append_frame(out, data, size);
+    Deadline dl(timeout_ms);
+    size_t sent = 0;
+    try {
+        while (!send_some(impl_->fd, out.data(), out.size(), sent, impl_->peer, "a message"))
+            if (!wait_fd(impl_->fd, POLLOUT, dl))
+                throw TimeoutError("timed out after " + std::to_string(timeout_ms) +
+                                   " ms sending a message to " + impl_->peer + " (" + std::to_string(sent) +
+                                   " of " + std::to_string(out.size()) + " bytes sent)");
+    } catch (const TimeoutError&) {
+        if (sent > 0) impl_->mark_broken("a send timed out part-way");
+        throw;
+    } catch (const Error&) {
+        impl_->mark_broken("a send failed");
+        throw;
+    }
+}
+
+std::vector<uint8_t> Channel::recv_message(int timeout_ms) {
+    GV_REQUIRE(impl_, "channel is not connected");
+    impl_->check_usable();
+    Deadline dl(timeout_ms);
+    FrameReader& rd = impl_->reader;
+    try {
+        while (!rd.pump(impl_->fd, impl_->peer, impl_->max_message))
+            if (!wait_fd(impl_->fd, POLLIN, dl))
+                throw TimeoutError("timed out after " + std::to_string(timeout_ms) +
+                                   " ms waiting for a message from " + impl_->peer + " (received " +
+                                   rd.progress() + ")");
+    } catch (const TimeoutError&) {
+        throw;
+    } catch (const Error&) {
+        impl_->mark_broken("a receive failed");
+        throw;
+    }
+    return rd.take();
+}
+
+Exchanged Channel::exchange(Backend backend, const std::vector<QpEndpoint>& qps,
+                            const std::vector<RemoteBuffer>& buffers, int timeout_ms) {
+    GV_REQUIRE(impl_, "channel is not connected");
+    impl_->check_usable();
+    GV_REQUIRE(backend_code(backend) != 0,
+               std::string("exchange needs a concrete backend, not ") + backend_name(backend));
+    GV_REQUIRE(qps.size() <= kMaxExchangeRecords && buffers.size() <= kMaxExchangeRecords,
+               "exchange carries at most " + std::to_string(kMaxExchangeRecords) + " QP and memory records");
+    for (size_t i = 0; i < qps.size(); ++i)
+        GV_REQUIRE(qps[i].backend == backend, "QP endpoint " + std::to_string(i) + " is of backend " +
+                                                  backend_name(qps[i].backend) + ", the exchange of " +
+                                                  backend_name(backend));
+    const std::string& peer = impl_->peer;
+    std::vector<uint8_t> out;
+    HelloRecord hello{backend, uint32_t(qps.size()), uint32_t(buffers.size())};
+    append_frame(out, hello.serialize());
+    for (const QpEndpoint& e : qps) append_frame(out, QpRecord(e).serialize());
+    for (const RemoteBuffer& b : buffers) append_frame(out, MemoryRecord(b).serialize());
+
+    Exchanged res;
+    bool have_hello = false;
+    HelloRecord theirs;
+    size_t received = 0;  // records after the hello
+    auto expected = [&] { return size_t(theirs.qp_count) + theirs.memory_count; };
+    auto recv_done = [&] { return have_hello && received == expected(); };
+    size_t sent = 0;
+    auto state = [&] {
+        std::string s =
+            "sent " + std::to_string(sent) + " of " + std::to_string(out.size()) + " bytes, received ";
+        if (!have_hello) return s + "no hello yet";
+        return s + std::to_string(received) + " of " + std::to_string(expected()) + " records";
+    };
+    auto take_frame = [&](std::vector<uint8_t> m) {
+        const std::string pre = "exchange with " + peer + ": ";
+        try {
+            if (!have_hello) {
+                theirs = HelloRecord::parse(m.data(), m.size());
+                have_hello = true;
+                if (theirs.backend != backend)
+                    throw RemoteError(pre + "peer uses backend " + backend_name(theirs.backend) +
+                                      ", we use " + backend_name(backend));
+                if (theirs.qp_count != qps.size())
+                    throw RemoteError(pre + "peer offers " + std::to_string(theirs.qp_count) +
+                                      " QP endpoints, we offer " + std::to_string(qps.size()) +
+                                      " (QPs connect pairwise: both sides need the same number)");
+                res.backend = theirs.backend;
+                res.qps.reserve(theirs.qp_count);
+                res.buffers.reserve(theirs.memory_count);
+                return;
+            }
+            if (res.qps.size() < theirs.qp_count) {
+                QpRecord r = QpRecord::parse(m.data(), m.size());
+                if (r.endpoint.backend != theirs.backend)
+                    throw RemoteError(pre + "peer's QP record " + std::to_string(res.qps.size()) +
+                                      " is of backend " + backend_name(r.endpoint.backend) +
+                                      ", its hello said " + backend_name(theirs.backend));
+                res.qps.push_back(std::move(r.endpoint));
+            } else {
+                res.buffers.push_back(MemoryRecord::parse(m.data(), m.size()).buffer);
+            }
+            ++received;
+        } catch (const RemoteError& e) {
+            if (std::strncmp(e.what(), pre.c_str(), pre.size()) == 0) throw;
+            std::string which =
+                !have_hello ? std::string("hello")
+                : res.qps.size() < theirs.qp_count
+                    ? "QP record " + std::to_string(res.qps.size()) + " of " + std::to_string(theirs.qp_count)
+                    : "memory record " + std::to_string(res.buffers.size()) + " of " +
+                          std::to_string(theirs.memory_count);
+            throw RemoteError(pre + "bad " + which + ": " + e.what());
+        }
+    };
+
+    Deadline dl(timeout_ms);
+    FrameReader& rd = impl_->reader;
+    try {
+        while (sent < out.size() || !recv_done()) {
+            short ev = 0;
+            if (!recv_done()) ev |= POLLIN;
+            if (sent < out.size()) ev |= POLLOUT;
+            short rev = wait_fd(impl_->fd, ev, dl);
+            if (rev == 0)
+                throw TimeoutError("exchange with " + peer + " timed out after " +
+                                   std::to_string(timeout_ms) + " ms: " + state());
+            try {
+                if (sent < out.size() && (rev & (POLLOUT | POLLERR | POLLHUP)))
+                    send_some(impl_->fd, out.data(), out.size(), sent, peer, "the exchange");
+                if (!recv_done() && (rev & (POLLIN | POLLERR | POLLHUP)))
+                    while (!recv_done() && rd.pump(impl_->fd, peer, impl_->max_message))
+                        take_frame(rd.take());
+            } catch (const RemoteError& e) {
+                if (std::strncmp(e.what(), "exchange with ", 14) == 0) throw;
+                throw RemoteError("exchange with " + peer + " failed (" + state() + "): " + e.what());
+            }
+        }
+    } catch (const Error&) {
+        impl_->mark_broken("an exchange failed");
+        throw;
+    }
+    return res;
+}
+
+}  // namespace gv::oob
