@@ -58,4 +58,54 @@ inline long first_diff(const uint8_t* a, const uint8_t* b, size_t n) {
 
 constexpr uint8_t kGuard = 0xA5;
 
+/// A context of the software device executing on CPU threads.
+inline gv::Context cpu_context() {
+    gv::ContextOptions o;
+    o.backend = gv::Backend::Soft;
+    o.gpu = -1;
+    return gv::Context(o);
+}
+
+/// Index of the first byte of [p, p+n) that is not v, or -1.
+inline long first_not(const uint8_t* p, size_t n, uint8_t v) {
+    uint8_t block[4096];
+    std::memset(block, v, sizeof block);
+    for (size_t i = 0; i < n; i += sizeof block) {
+        size_t k = n - i < sizeof block ? n - i : sizeof block;
+        if (std::memcmp(p + i, block, k) == 0) continue;
+        for (size_t j = 0; j < k; ++j)
+            if (p[i + j] != v) return long(i + j);
+    }
+    return -1;
+}
+
+/// A host buffer registered as one region; every byte starts as `fill`.
+struct HostBuf {
+    std::vector<uint8_t> bytes;
+    std::unique_ptr<gv::MemoryRegion> mr;
+    HostBuf(const gv::ProtectionDomain& pd, size_t n, uint32_t access, uint8_t fill = kGuard)
+        : bytes(n, fill), mr(std::make_unique<gv::MemoryRegion>(pd, bytes.data(), n, access)) {}
+    uint8_t* data() { return bytes.data(); }
+    uint8_t* at(size_t off) { return bytes.data() + off; }
+    uint64_t addr(size_t off = 0) const { return reinterpret_cast<uint64_t>(bytes.data() + off); }
+    size_t size() const { return bytes.size(); }
+    uint32_t lkey() const { return mr->lkey(); }
+    uint32_t rkey() const { return mr->rkey(); }
+};
+
+/// Send-queue WQEBBs reserved so far on a QP (the position its next WQE gets when one
+/// thread posts).
+inline unsigned long long sq_pos(const gv::dev::QpHandle& h) {
+    return __atomic_load_n(&h.ctr->sq_reserved, __ATOMIC_ACQUIRE);
+}
+
+/// Polls up to n completions from a CQ without waiting, driving qp meanwhile.
+inline std::vector<gv::Completion> poll_some(const gv::dev::QpHandle& qp, const gv::dev::CqHandle& cq,
+                                             uint32_t n) {
+    std::vector<gv::Completion> out(n);
+    gv::dev::drive(qp);
+    out.resize(gv::dev::poll_cq(cq, out.data(), n));
+    return out;
+}
+
 }  // namespace gvtest

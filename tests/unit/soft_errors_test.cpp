@@ -1,1 +1,757 @@
+// The software device's error behaviour, as a ConnectX reports it: every violation
+// completes with the right mlx5 syndrome, moves the QP to ERROR, flushes what follows
+// (WR_FLUSH_ERR), and leaves memory untouched.
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
 #include "test_util.hpp"
+
+using namespace gv;
+using gvtest::HostBuf;
+using gvtest::Pair;
+
+namespace {
+constexpr uint64_t kTimeout = 5'000'000'000ull;  // 5 s
+constexpr uint64_t kMs = 1'000'000ull;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A connected pair and the buffers of one error case: a local source, a remote region
+/// whose target range lies among guard bytes, a local READ destination, and a region a
+/// good WRITE posted before the bad WQE fills.
+struct Env {
+    static constexpr size_t kTgt = 4096, kLen = 256, kSize = 16384;
+    Pair p;
+    HostBuf src, dst, back, pre;
+    std::vector<uint8_t> src0, dst0, back0;
+    unsigned long long bad_pos = 0;
+
+    explicit Env(QpOptions o = {}, const InitAttr& peer_init = {}, bool connect_peer = true)
+        : p(gvtest::cpu_context(), o, MemoryKind::Default, 64, false),
+          src(p.pd, kSize, kLocalWrite),
+          dst(p.pd, kSize, kAllAccess),
+          back(p.pd, kSize, kLocalWrite),
+          pre(p.pd, kLen, kAllAccess) {
+        gvtest::fill_random(src.data(), src.size(), 99);
+        p.qp[0]->connect(p.qp[1]->endpoint());
+        if (connect_peer) p.qp[1]->connect(p.qp[0]->endpoint(), peer_init);
+    }
+    dev::QpHandle a() const { return p.h(0); }
+    dev::QpHandle b() const { return p.h(1); }
+
+    /// Runs one error case: a good signaled WRITE (a NOP when `pre_nop`: the case fails
+    /// every WRITE), the bad WQE `post_bad` posts, then a WRITE, a READ and a NOP
+    /// (unsignaled, signaled, unsignaled) that must be flushed without touching memory.
+    /// Checks every completion, the QP state and all buffers.
+    void run(const std::function<void()>& post_bad, uint8_t syndrome, uint8_t wqe_opcode,
+             bool pre_nop = false) {
+        auto h = a();
+        const uint32_t qpn = p.qp[0]->qpn();
+        if (pre_nop) {
+            ASSERT_EQ(dev::nop(h), Status::Ok);
+            std::memcpy(pre.data(), src.at(0), kLen);
+        } else {
+            ASSERT_EQ(dev::write(h, src.at(0), kLen, src.lkey(), pre.addr(), pre.rkey()), Status::Ok);
+        }
+        src0 = src.bytes;
+        dst0 = dst.bytes;
+        back0 = back.bytes;
+        bad_pos = gvtest::sq_pos(h);
+        post_bad();
+        const unsigned long long after = gvtest::sq_pos(h);
+        ASSERT_GT(after, bad_pos) << "the bad WQE was not posted";
+        ASSERT_EQ(dev::write(h, src.at(0), kLen, src.lkey(), dst.addr(kTgt + 1024), dst.rkey(), 0),
+                  Status::Ok);
+        ASSERT_EQ(dev::read(h, back.at(0), kLen, back.lkey(), dst.addr(0), dst.rkey()), Status::Ok);
+        ASSERT_EQ(dev::nop(h, 0), Status::Ok);
+        EXPECT_EQ(dev::commit(h), Status::QpError);
+
+        Completion c[5];
+        uint32_t got = 0;
+        ASSERT_EQ(dev::wait_send(h, 5, c, kTimeout, &got), Status::CompletionError) << got << " completions";
+        EXPECT_TRUE(c[0].ok()) << mlx5::syndrome_name(c[0].status);
+        EXPECT_EQ(c[0].wqe_counter, uint16_t(bad_pos - 1));
+        EXPECT_EQ(c[1].cqe_opcode, MLX5_CQE_REQ_ERR);
+        EXPECT_EQ(c[1].status, syndrome)
+            << "got " << mlx5::syndrome_name(c[1].status) << ", expected " << mlx5::syndrome_name(syndrome);
+        EXPECT_EQ(c[1].wqe_opcode, wqe_opcode);
+        EXPECT_EQ(c[1].wqe_counter, uint16_t(bad_pos));
+        EXPECT_EQ(c[1].qpn, qpn);
+        const uint8_t ops[3] = {MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_NOP};
+        for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(c[2 + i].cqe_opcode, MLX5_CQE_REQ_ERR) << "follower " << i;
+            EXPECT_EQ(c[2 + i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << "follower " << i;
+            EXPECT_EQ(c[2 + i].wqe_opcode, ops[i]) << "follower " << i;
+            EXPECT_EQ(c[2 + i].wqe_counter, uint16_t(after + i)) << "follower " << i;
+            EXPECT_EQ(c[2 + i].qpn, qpn);
+        }
+        EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+        EXPECT_EQ(p.qp[0]->error_syndrome(), syndrome);
+        // Nothing more, and work posted in ERROR is flushed as soon as it is committed.
+        EXPECT_EQ(dev::poll_cq(h.scq, c, 1), 0u);
+        ASSERT_EQ(dev::nop(h), Status::Ok);
+        EXPECT_EQ(dev::commit(h), Status::QpError);
+        ASSERT_EQ(dev::wait_send(h, 1, c, kTimeout), Status::CompletionError);
+        EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        EXPECT_EQ(c[0].wqe_counter, uint16_t(after + 3));
+
+        EXPECT_EQ(gvtest::first_diff(src.at(0), pre.data(), kLen), -1)
+            << "the WQE before the error did not run";
+        EXPECT_EQ(gvtest::first_diff(dst0.data(), dst.data(), kSize), -1) << "remote memory changed";
+        EXPECT_EQ(gvtest::first_diff(back0.data(), back.data(), kSize), -1) << "local memory changed";
+        EXPECT_EQ(gvtest::first_diff(src0.data(), src.data(), kSize), -1) << "local memory changed";
+    }
+};
+
+/// Posts a WQE with only a ctrl segment (ds as given), as a corrupted or hostile poster.
+void post_raw_ctrl(const dev::QpHandle& h, uint8_t opcode, uint32_t qpn, uint8_t ds, int index_skew = 0) {
+    unsigned long long pos = 0;
+    ASSERT_EQ(dev::sq_reserve(h, 1, &pos, kTimeout), Status::Ok);
+    std::memset(dev::sq_seg(h, pos, 0), 0, 64);
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(dev::sq_seg(h, pos, 0)),
+                       uint16_t(pos + index_skew), opcode, 0, qpn, MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, 0);
+    dev::sq_publish(h, pos, 1);
+}
+}  // namespace
+
+// ---- local protection ----------------------------------------------------------------
+
+TEST(SoftErrors, BadLkey) {
+    for (uint32_t key : {0u, 0x12345601u, uint32_t(MLX5_INVALID_LKEY)}) {
+        SCOPED_TRACE(testing::Message() << "lkey " << key);
+        Env e;
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, key, e.dst.addr(Env::kTgt), e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+TEST(SoftErrors, UnsignaledBadWqeStillCompletes) {
+    Env e;
+    e.run(
+        [&] {
+            ASSERT_EQ(
+                dev::write(e.a(), e.src.at(0), Env::kLen, 0x7777701u, e.dst.addr(Env::kTgt), e.dst.rkey(), 0),
+                Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(SoftErrors, LkeyOfAnotherPd) {
+    Env e;
+    ProtectionDomain other(e.p.ctx);
+    MemoryRegion m(other, e.src.data(), e.src.size(), kLocalWrite);
+    e.run(
+        [&] {
+            ASSERT_EQ(
+                dev::write(e.a(), e.src.at(0), Env::kLen, m.lkey(), e.dst.addr(Env::kTgt), e.dst.rkey()),
+                Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(SoftErrors, LocalRangeOutOfBounds) {
+    // A region over src[64, 64+1024): one byte past its end, one byte before its start.
+    for (int below : {0, 1}) {
+        SCOPED_TRACE(below ? "before the start" : "past the end");
+        Env e;
+        MemoryRegion m(e.p.pd, e.src.at(64), 1024, kLocalWrite);
+        uint8_t* from = below ? e.src.at(63) : e.src.at(64 + 1024 - Env::kLen + 1);
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), from, Env::kLen, m.lkey(), e.dst.addr(Env::kTgt), e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+TEST(SoftErrors, ReadIntoRegionWithoutLocalWrite) {
+    Env e;
+    MemoryRegion ro(e.p.pd, e.back.data(), e.back.size(), kRemoteRead);  // local read only
+    e.run(
+        [&] {
+            ASSERT_EQ(
+                dev::read(e.a(), e.back.at(512), Env::kLen, ro.lkey(), e.dst.addr(Env::kTgt), e.dst.rkey()),
+                Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_READ);
+}
+
+// ---- remote access ---------------------------------------------------------------------
+
+TEST(SoftErrors, BadRkey) {
+    {
+        Env e;
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt),
+                                     0x5555501u),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+    {
+        Env e;
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::read(e.a(), e.back.at(0), Env::kLen, e.back.lkey(), e.dst.addr(Env::kTgt), 0u),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_READ);
+    }
+}
+
+TEST(SoftErrors, RemoteRangeOutOfBounds) {
+    // A remote region over dst[1024, 1024+2048), inside guard bytes the error must not touch.
+    struct Case {
+        const char* what;
+        size_t off;
+        bool read;
+    } cases[] = {{"write past the end", 1024 + 2048 - Env::kLen + 1, false},
+                 {"write before the start", 1023, false},
+                 {"read past the end", 1024 + 2048 - Env::kLen + 1, true},
+                 {"read before the start", 1000, true}};
+    for (const Case& k : cases) {
+        SCOPED_TRACE(k.what);
+        Env e;
+        MemoryRegion m(e.p.pd, e.dst.at(1024), 2048, kAllAccess);
+        e.run(
+            [&] {
+                if (k.read)
+                    ASSERT_EQ(
+                        dev::read(e.a(), e.back.at(0), Env::kLen, e.back.lkey(), e.dst.addr(k.off), m.rkey()),
+                        Status::Ok);
+                else
+                    ASSERT_EQ(
+                        dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(k.off), m.rkey()),
+                        Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, k.read ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+TEST(SoftErrors, RemoteRegionLacksAccess) {
+    {
+        SCOPED_TRACE("WRITE into a region without remote write");
+        Env e;
+        MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kLocalWrite | kRemoteRead | kRemoteAtomic);
+        e.run(
+            [&] {
+                ASSERT_EQ(
+                    dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt), m.rkey()),
+                    Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+    {
+        SCOPED_TRACE("READ from a region without remote read");
+        Env e;
+        MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kLocalWrite | kRemoteWrite | kRemoteAtomic);
+        e.run(
+            [&] {
+                ASSERT_EQ(
+                    dev::read(e.a(), e.back.at(0), Env::kLen, e.back.lkey(), e.dst.addr(Env::kTgt), m.rkey()),
+                    Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_READ);
+    }
+    {
+        SCOPED_TRACE("WRITE with the rkey of a region of another PD");
+        Env e;
+        ProtectionDomain other(e.p.ctx);
+        MemoryRegion m(other, e.dst.data(), e.dst.size(), kAllAccess);
+        e.run(
+            [&] {
+                ASSERT_EQ(
+                    dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt), m.rkey()),
+                    Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+TEST(SoftErrors, PeerQpAccessFlags) {
+    {
+        SCOPED_TRACE("peer QP without remote write");
+        Env e({}, InitAttr{kRemoteRead | kRemoteAtomic});
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt),
+                                     e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE, true);
+    }
+    {
+        SCOPED_TRACE("peer QP without remote read");
+        Env e({}, InitAttr{kRemoteWrite | kRemoteAtomic});
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::read(e.a(), e.back.at(0), Env::kLen, e.back.lkey(), e.dst.addr(Env::kTgt),
+                                    e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_READ);
+    }
+    {
+        SCOPED_TRACE("peer QP without remote atomic");
+        Env e({}, InitAttr{kRemoteWrite | kRemoteRead});
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::fetch_add(e.a(), reinterpret_cast<uint64_t*>(e.back.at(8)), e.back.lkey(),
+                                         e.dst.addr(Env::kTgt), e.dst.rkey(), 1),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_ATOMIC_FA);
+    }
+}
+
+// ---- deregistered regions -------------------------------------------------------------
+
+TEST(SoftErrors, StaleKeys) {
+    {
+        SCOPED_TRACE("stale lkey");
+        Env e;
+        uint32_t key;
+        {
+            MemoryRegion m(e.p.pd, e.src.data(), e.src.size(), kLocalWrite);
+            key = m.lkey();
+        }
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, key, e.dst.addr(Env::kTgt), e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+    {
+        SCOPED_TRACE("stale rkey");
+        Env e;
+        uint32_t key;
+        {
+            MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kAllAccess);
+            key = m.rkey();
+        }
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt), key),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+// A key stays dead after its slot in the region table is reused by a new registration.
+TEST(SoftErrors, StaleRkeyAfterSlotReuse) {
+    Env e;
+    uint32_t stale;
+    {
+        MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kAllAccess);
+        stale = m.rkey();
+    }
+    std::unique_ptr<MemoryRegion> reused;
+    for (int i = 0; i < 20000 && !reused; ++i) {
+        auto m = std::make_unique<MemoryRegion>(e.p.pd, e.dst.data(), e.dst.size(), kAllAccess);
+        if ((m->rkey() >> 8) == (stale >> 8)) reused = std::move(m);
+    }
+    ASSERT_TRUE(reused) << "the region table never reused the slot";
+    ASSERT_NE(reused->rkey(), stale);
+    e.run(
+        [&] {
+            ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt), stale),
+                      Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
+}
+
+// ---- atomics ---------------------------------------------------------------------------
+
+TEST(SoftErrors, MisalignedAtomic) {
+    for (int off : {1, 4, 7}) {
+        SCOPED_TRACE(testing::Message() << "offset " << off);
+        Env e;
+        e.run(
+            [&] {
+                ASSERT_EQ(
+                    dev::compare_swap(e.a(), reinterpret_cast<uint64_t*>(e.back.at(8)), e.back.lkey(),
+                                      e.dst.addr(Env::kTgt + off), e.dst.rkey(), 0xa5a5a5a5a5a5a5a5ull, 1),
+                    Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_ATOMIC_CS);
+    }
+}
+
+TEST(SoftErrors, AtomicWithoutRemoteAtomicAccess) {
+    Env e;
+    MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kLocalWrite | kRemoteWrite | kRemoteRead);
+    e.run(
+        [&] {
+            ASSERT_EQ(dev::fetch_add(e.a(), reinterpret_cast<uint64_t*>(e.back.at(8)), e.back.lkey(),
+                                     e.dst.addr(Env::kTgt), m.rkey(), 5),
+                      Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_ATOMIC_FA);
+}
+
+// ---- corrupted WQEs -----------------------------------------------------------------------
+
+TEST(SoftErrors, CorruptedWqe) {
+    struct Case {
+        const char* what;
+        uint8_t opcode;
+        bool wrong_qpn;
+        uint8_t ds;
+        int skew;
+    } cases[] = {{"unknown opcode", 0x07, false, 1, 0},
+                 {"opcode 0xff", 0xff, false, 3, 0},
+                 {"QP number of another QP", MLX5_OPCODE_NOP, true, 1, 0},
+                 {"ds = 0", MLX5_OPCODE_NOP, false, 0, 0},
+                 {"WRITE with ds = 1 (no remote address)", MLX5_OPCODE_RDMA_WRITE, false, 1, 0},
+                 {"WQE index not its position", MLX5_OPCODE_NOP, false, 1, 1}};
+    for (const Case& k : cases) {
+        SCOPED_TRACE(k.what);
+        Env e;
+        uint32_t qpn = k.wrong_qpn ? e.p.qp[1]->qpn() : e.p.qp[0]->qpn();
+        e.run([&] { post_raw_ctrl(e.a(), k.opcode, qpn, k.ds, k.skew); }, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+              k.opcode);
+    }
+}
+
+// ---- peer not ready ----------------------------------------------------------------------
+
+TEST(SoftErrors, PeerInReset) {
+    {
+        SCOPED_TRACE("peer never connected");
+        Env e({}, {}, false);
+        ASSERT_EQ(e.p.qp[1]->state(), QpState::Reset);
+        e.run(
+            [&] {
+                ASSERT_EQ(dev::write(e.a(), e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt),
+                                     e.dst.rkey()),
+                          Status::Ok);
+            },
+            MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR, MLX5_OPCODE_RDMA_WRITE, true);
+    }
+    {
+        SCOPED_TRACE("peer reset after connecting");
+        Env e;
+        // The first WQE of run() must still succeed: reset the peer right after it executes.
+        auto h = e.a();
+        ASSERT_EQ(dev::nop(h), Status::Ok);
+        ASSERT_EQ(dev::commit(h), Status::Ok);
+        ASSERT_EQ(dev::wait_send(h, 1, nullptr, kTimeout), Status::Ok);
+        e.p.qp[1]->reset();
+        ASSERT_EQ(e.p.qp[1]->state(), QpState::Reset);
+        // The good WRITE of run() now fails too: check the peer state alone.
+        ASSERT_EQ(dev::write(h, e.src.at(0), Env::kLen, e.src.lkey(), e.dst.addr(Env::kTgt), e.dst.rkey()),
+                  Status::Ok);
+        EXPECT_EQ(dev::commit(h), Status::QpError);
+        Completion c{};
+        ASSERT_EQ(dev::wait_send(h, 1, &c, kTimeout), Status::CompletionError);
+        EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        EXPECT_EQ(e.p.qp[0]->state(), QpState::Error);
+        EXPECT_EQ(gvtest::first_not(e.dst.data(), e.dst.size(), gvtest::kGuard), -1);
+    }
+}
+
+// ---- receive-side errors -------------------------------------------------------------
+
+// A SEND larger than the receive: the requester gets REMOTE_INVAL_REQ_ERR, the responder
+// a LOCAL_LENGTH_ERR receive completion, and both QPs end in ERROR; nothing is written.
+TEST(SoftErrors, SendLargerThanReceive) {
+    Env e;
+    auto a = e.a(), b = e.b();
+    ASSERT_EQ(dev::recv(b, e.back.at(Env::kTgt), 64, e.back.lkey()), Status::Ok);
+    ASSERT_EQ(dev::recv(b, e.back.at(Env::kTgt + 128), 4096, e.back.lkey()), Status::Ok);  // flushed later
+    e.run([&] { ASSERT_EQ(dev::send(a, e.src.at(0), 65, e.src.lkey()), Status::Ok); },
+          MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_SEND);
+    Completion c[2];
+    ASSERT_EQ(dev::wait_recv(b, 2, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].cqe_opcode, MLX5_CQE_RESP_ERR);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    EXPECT_EQ(c[0].wqe_counter, 0u);
+    EXPECT_EQ(c[0].qpn, e.p.qp[1]->qpn());
+    EXPECT_EQ(c[1].cqe_opcode, MLX5_CQE_RESP_ERR);
+    EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[1].wqe_counter, 1u);
+    EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+    EXPECT_EQ(e.p.qp[1]->error_syndrome(), MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+}
+
+// Multi-entry receive lists: the sum of the entries is what counts.
+TEST(SoftErrors, SendLargerThanScatterList) {
+    QpOptions o;
+    o.max_send_sge = 2;
+    o.max_recv_sge = 4;
+    Env e(o);
+    auto a = e.a(), b = e.b();
+    Sge rs[3] = {{e.back.addr(Env::kTgt), 100, e.back.lkey()},
+                 {e.back.addr(Env::kTgt + 200), 50, e.back.lkey()},
+                 {e.back.addr(Env::kTgt + 300), 10, e.back.lkey()}};
+    ASSERT_EQ(dev::post_recv(b, rs, 3), Status::Ok);
+    Sge gs[2] = {{e.src.addr(0), 80, e.src.lkey()}, {e.src.addr(100), 81, e.src.lkey()}};  // 161 > 160
+    e.run([&] { ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_SEND, gs, 2, 0, 0, 0, kSignaled), Status::Ok); },
+          MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_SEND);
+    Completion c{};
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+}
+
+namespace {
+/// A pair whose QP 0 sends with the given rnr_retry to QP 1, whose min_rnr_timer is given.
+struct RnrPair {
+    Pair p;
+    HostBuf src, dst;
+    RnrPair(uint32_t rnr_retry, uint32_t min_rnr_timer)
+        : p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false),
+          src(p.pd, 4096, kLocalWrite),
+          dst(p.pd, 4096, kLocalWrite) {
+        gvtest::fill_random(src.data(), src.size(), 5);
+        RtsAttr rts;
+        rts.rnr_retry = rnr_retry;
+        RtrAttr rtr;
+        rtr.min_rnr_timer = min_rnr_timer;
+        p.qp[0]->connect(p.qp[1]->endpoint(), {}, {}, rts);
+        p.qp[1]->connect(p.qp[0]->endpoint(), {}, rtr);
+    }
+};
+}  // namespace
+
+// No receive and rnr_retry 0: the first RNR NAK fails the SEND.
+TEST(SoftErrors, RnrWithoutRetries) {
+    RnrPair r(0, 1);
+    auto a = r.p.h(0);
+    ASSERT_EQ(dev::send(a, r.src.data(), 100, r.src.lkey()), Status::Ok);
+    ASSERT_EQ(dev::nop(a), Status::Ok);
+    dev::commit(a);
+    Completion c[2];
+    ASSERT_EQ(dev::wait_send(a, 2, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_SEND);
+    EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+    EXPECT_EQ(r.p.qp[0]->error_syndrome(), MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(r.p.qp[1]->state(), QpState::Rts);  // an RNR NAK leaves the responder alone
+    EXPECT_EQ(gvtest::first_not(r.dst.data(), r.dst.size(), gvtest::kGuard), -1);
+    // A receive posted afterwards is not consumed by the failed SEND.
+    ASSERT_EQ(dev::recv(r.p.h(1), r.dst.data(), 4096, r.dst.lkey()), Status::Ok);
+    EXPECT_EQ(dev::wait_recv(r.p.h(1), 1, c, 20 * kMs), Status::Timeout);
+}
+
+// rnr_retry N allows N retries, each after the responder's RNR timer (here 10 us, then
+// 1.28 ms), then RNR_RETRY_EXC_ERR. wait_send drives the retries.
+TEST(SoftErrors, RnrRetriesExhausted) {
+    struct Case {
+        uint32_t retries, timer_code;
+        double min_ms;
+    } cases[] = {{1, 1, 0.01}, {3, 14, 3 * 1.28}};
+    for (const Case& k : cases) {
+        SCOPED_TRACE(testing::Message() << "rnr_retry " << k.retries << ", timer code " << k.timer_code);
+        RnrPair r(k.retries, k.timer_code);
+        auto a = r.p.h(0);
+        auto t0 = std::chrono::steady_clock::now();
+        ASSERT_EQ(dev::send(a, r.src.data(), 100, r.src.lkey()), Status::Ok);
+        EXPECT_EQ(dev::commit(a), Status::Ok);  // waits for a receive: not an error yet
+        EXPECT_EQ(r.p.qp[0]->state(), QpState::Rts);
+        Completion c{};
+        ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+        double ms = ms_since(t0);
+        EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+        EXPECT_GE(ms, k.min_ms);
+        EXPECT_LT(ms, 2000.0);
+        EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+        // Retries spent on the failed SEND: the first attempt is not a retry.
+        EXPECT_EQ(a.soft->rnr_count, k.retries);
+        EXPECT_EQ(gvtest::first_not(r.dst.data(), r.dst.size(), gvtest::kGuard), -1);
+    }
+}
+
+// A SEND waiting for a receive (rnr_retry 7 = forever) completes once another thread
+// posts one; until then a bounded wait times out.
+TEST(SoftErrors, RnrWaitResolvedByLaterReceive) {
+    RnrPair r(7, 1);
+    auto a = r.p.h(0), b = r.p.h(1);
+    ASSERT_EQ(dev::send_imm(a, r.src.data(), 300, r.src.lkey(), 0xfeed), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c{};
+    uint32_t got = 5;
+    EXPECT_EQ(dev::wait_send(a, 1, &c, 30 * kMs, &got), Status::Timeout);
+    EXPECT_EQ(got, 0u);
+    std::thread poster([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        EXPECT_EQ(dev::recv(b, r.dst.at(10), 1000, r.dst.lkey()), Status::Ok);
+    });
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    poster.join();
+    EXPECT_EQ(c.wqe_opcode, MLX5_OPCODE_SEND_IMM);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_SEND_IMM);
+    EXPECT_EQ(c.byte_len, 300u);
+    EXPECT_EQ(c.imm, 0xfeedu);
+    EXPECT_EQ(gvtest::first_diff(r.src.data(), r.dst.at(10), 300), -1);
+    EXPECT_EQ(gvtest::first_not(r.dst.data(), 10, gvtest::kGuard), -1);
+    EXPECT_EQ(gvtest::first_not(r.dst.at(310), r.dst.size() - 310, gvtest::kGuard), -1);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Rts);
+}
+
+// to_error() flushes every posted receive (in order, on the receive CQ) and the send
+// queue's work, a SEND waiting for a receive (RNR) included; receives posted in ERROR are
+// flushed at once, and so is send work committed in ERROR.
+TEST(SoftErrors, ToErrorFlushesReceivesAndSends) {
+    Env e;
+    auto a = e.a(), b = e.b();
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(dev::recv(b, e.back.at(i * 100), 100, e.back.lkey()), Status::Ok);
+    // QP 0 posted no receive: the SEND waits (rnr_retry 7), the NOP behind it too.
+    ASSERT_EQ(dev::send(b, e.back.at(0), 64, e.back.lkey()), Status::Ok);
+    ASSERT_EQ(dev::nop(b, 0), Status::Ok);
+    ASSERT_EQ(dev::commit(b), Status::Ok);
+    Completion c[6];
+    EXPECT_EQ(dev::wait_send(b, 1, c, 5 * kMs), Status::Timeout);
+    ASSERT_EQ(dev::write(b, e.back.at(0), 64, e.back.lkey(), e.dst.addr(0), e.dst.rkey()),
+              Status::Ok);  // not committed
+    e.p.qp[1]->to_error();
+    EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+    EXPECT_EQ(e.p.qp[1]->error_syndrome(), 0u);  // moved there by the user
+    ASSERT_EQ(dev::wait_recv(b, 5, c, kTimeout), Status::CompletionError);
+    for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(c[i].cqe_opcode, MLX5_CQE_RESP_ERR);
+        EXPECT_EQ(c[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        EXPECT_EQ(c[i].wqe_counter, uint16_t(i));
+        EXPECT_EQ(c[i].qpn, e.p.qp[1]->qpn());
+    }
+    ASSERT_EQ(dev::wait_send(b, 2, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_SEND);
+    EXPECT_EQ(c[0].wqe_counter, 0u);
+    EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[1].wqe_opcode, MLX5_OPCODE_NOP);
+    // The WRITE was never committed, so the device had not seen it; committed now, it
+    // is flushed.
+    EXPECT_EQ(dev::poll_cq(b.scq, c, 1), 0u);
+    EXPECT_EQ(dev::commit(b), Status::QpError);
+    ASSERT_EQ(dev::wait_send(b, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_RDMA_WRITE);
+    ASSERT_EQ(dev::recv(b, e.back.at(600), 100, e.back.lkey()), Status::Ok);
+    ASSERT_EQ(dev::wait_recv(b, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_counter, 5u);
+    EXPECT_EQ(gvtest::first_not(e.dst.data(), e.dst.size(), gvtest::kGuard), -1);
+    EXPECT_EQ(gvtest::first_not(e.back.data(), e.back.size(), gvtest::kGuard), -1);
+    // A SEND to the QP in ERROR finds no responder: the transport retries run out.
+    ASSERT_EQ(dev::send(a, e.src.at(0), 10, e.src.lkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    ASSERT_EQ(dev::wait_send(a, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+}
+
+// ---- posting-time limits ---------------------------------------------------------------
+
+TEST(SoftErrors, PostTimeLimits) {
+    QpOptions o;
+    o.max_send_sge = 3;
+    o.max_recv_sge = 2;
+    o.max_inline = 100;
+    Env e(o);
+    auto a = e.a(), b = e.b();
+    Sge s[4];
+    for (int i = 0; i < 4; ++i) s[i] = {e.src.addr(i * 16), 16, e.src.lkey()};
+    EXPECT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, s, 4, e.dst.addr(0), e.dst.rkey(), 0, kSignaled),
+              Status::InvalidArgument);
+    EXPECT_EQ(dev::post_sge(a, MLX5_OPCODE_SEND, s, 4, 0, 0, 0, kSignaled), Status::InvalidArgument);
+    EXPECT_EQ(dev::write_inline(a, e.src.data(), 101, e.dst.addr(0), e.dst.rkey()), Status::InvalidArgument);
+    EXPECT_EQ(dev::send_inline(a, e.src.data(), 101), Status::InvalidArgument);
+    EXPECT_EQ(dev::post_recv(b, s, 3), Status::InvalidArgument);
+    EXPECT_EQ(gvtest::sq_pos(a), 0u) << "a refused WQE took queue space";
+    EXPECT_EQ(__atomic_load_n(&b.ctr->rq_reserved, __ATOMIC_ACQUIRE), 0u);
+    // The limits themselves are fine, and the QP is unharmed.
+    ASSERT_EQ(dev::post_recv(b, s, 2), Status::Ok);
+    ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, s, 3, e.dst.addr(0), e.dst.rkey(), 0, kSignaled),
+              Status::Ok);
+    ASSERT_EQ(dev::write_inline(a, e.src.data(), 100, e.dst.addr(100), e.dst.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c[2];
+    ASSERT_EQ(dev::wait_send(a, 2, c, kTimeout), Status::Ok);
+    EXPECT_EQ(c[0].wqe_counter, 0u);
+    EXPECT_EQ(gvtest::first_diff(e.src.data(), e.dst.data(), 48), -1);
+    EXPECT_EQ(gvtest::first_diff(e.src.data(), e.dst.at(100), 100), -1);
+    EXPECT_EQ(e.p.qp[0]->state(), QpState::Rts);
+}
+
+// ---- completion queue overrun ------------------------------------------------------------
+
+TEST(SoftErrors, CqOverrun) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 2);
+    ASSERT_EQ(p.scq[0]->depth(), 2u);
+    HostBuf src(p.pd, 4096, kLocalWrite), dst(p.pd, 4096, kAllAccess);
+    auto a = p.h(0);
+    for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(dev::write(a, src.at(i * 64), 64, src.lkey(), dst.addr(i * 64), dst.rkey()), Status::Ok);
+    dev::commit(a);
+    Completion c[8];
+    uint32_t got = 99;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(dev::wait_send(a, 8, c, kTimeout, &got), Status::CqOverrun);
+    EXPECT_LT(ms_since(t0), 1000.0);
+    EXPECT_LE(got, 2u);
+    EXPECT_TRUE(dev::cq_overrun(a.scq));
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+}
+
+// ---- bounded waits ---------------------------------------------------------------------
+
+TEST(SoftErrors, BoundedWaitsTimeOut) {
+    QpOptions o;
+    o.sq_depth = 4;
+    o.rq_depth = 4;
+    Pair p(gvtest::cpu_context(), o);
+    auto a = p.h(0), b = p.h(1);
+    Completion c{};
+    uint32_t got = 7;
+    {
+        SCOPED_TRACE("wait for a completion that never comes");
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::wait_send(a, 1, &c, 50 * kMs, &got), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+        EXPECT_EQ(got, 0u);
+        t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::wait_recv(b, 1, &c, 50 * kMs), Status::Timeout);
+        EXPECT_LT(ms_since(t0), 1000.0);
+    }
+    {
+        SCOPED_TRACE("post to a full send queue (its completions never polled)");
+        unsigned long long ring = 1ull << a.sq_log_bb;
+        for (unsigned long long i = 0; i < ring; ++i) ASSERT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Ok);
+        ASSERT_EQ(dev::commit(a), Status::Ok);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+        EXPECT_EQ(gvtest::sq_pos(a), ring) << "a timed-out post reserved space";
+        // Polling frees the ring.
+        std::vector<Completion> all(ring);
+        ASSERT_EQ(dev::wait_send(a, uint32_t(ring), all.data(), kTimeout), Status::Ok);
+        EXPECT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Ok);
+    }
+    {
+        SCOPED_TRACE("post to a full receive queue");
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(dev::recv(b, nullptr, 0, 0, 50 * kMs), Status::Ok);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::recv(b, nullptr, 0, 0, 50 * kMs), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+    }
+}
