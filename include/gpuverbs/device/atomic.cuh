@@ -122,6 +122,18 @@ GV_HOST_DEVICE bool cas(T* p, T& expected, T desired, bool sys = false) {
 #endif
 }
 
+/// Compare-and-swap without ordering (for counters whose data is ordered by other means).
+template <typename T>
+GV_HOST_DEVICE bool cas_relaxed(T* p, T& expected, T desired, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_relaxed);
+    return gpu_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_relaxed);
+#else
+    (void)sys;
+    return __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+#endif
+}
+
 template <typename T>
 GV_HOST_DEVICE T exchange(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE

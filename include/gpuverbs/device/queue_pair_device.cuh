@@ -104,8 +104,9 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
         unsigned long long r = atom::load_relaxed(&qp.ctr->sq_reserved, qp.sys != 0);
         unsigned long long retired = atom::load_acquire(&qp.ctr->sq_retired, qp.sys != 0);
         if (r + bbs - retired <= ring) {
-            // Acquire on success: the slot's previous WQE is retired before we overwrite it.
-            if (atom::cas(&qp.ctr->sq_reserved, r, r + bbs, qp.sys != 0)) {
+            // Relaxed: the acquire load of sq_retired above already orders the slot's
+            // retirement before our WQE stores; the counter itself guards no data.
+            if (atom::cas_relaxed(&qp.ctr->sq_reserved, r, r + bbs, qp.sys != 0)) {
                 *pos = r;
                 return Status::Ok;
             }
@@ -602,6 +603,62 @@ GV_HOST_DEVICE Status commit(const QpHandle& qp) {
     if (state == soft::kErr) return Status::QpError;
     if (state != soft::kRts && state != soft::kSqd) return Status::QpNotReady;
     return Status::Ok;
+}
+
+/// Weak form's publish (see get_position): publishes the n WQEBBs the caller wrote at
+/// get_position().pos .. pos+n-1 (the single-WQEBB WQEs of the *_weak builders), then
+/// rings the doorbell as commit<S> does. Scope: Thread (the caller wrote every WQE, or
+/// synchronized with the threads that did), Warp (every active lane calls), Block (every
+/// thread calls). n larger than get_position().free: InvalidArgument, nothing published.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
+    bool lead = true;
+#if GV_DEVICE_CODE
+    soft::WarpGroup wg;
+    if constexpr (S == Scope::Warp) {
+        // The warp barrier orders every lane's WQE stores before the leader's release
+        // store below (release is cumulative over what the leader observed through it).
+        wg.sync();
+        lead = wg.leader();
+    } else if constexpr (S == Scope::Block) {
+        // Same with the block barrier: thread 0 publishes what every thread wrote.
+        __syncthreads();
+        lead = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+    }
+#else
+    static_assert(S == Scope::Thread, "CPU threads commit at thread scope");
+#endif
+    int st = int(Status::Ok);
+    if (lead && n) {
+        // get_position acquires sq_retired: the claimed slots' old WQEs were retired.
+        SqPosition p = get_position(qp);
+        if (n > p.free) {
+            st = int(Status::InvalidArgument);
+        } else {
+            // Relaxed: only the weak form's owner moves sq_reserved now, and it orders
+            // nothing (the release store of sq_ready below publishes the WQEs).
+            atom::store_relaxed(&qp.ctr->sq_reserved, p.pos + n, qp.sys != 0);
+            // Strong-form WQEs reserved before the caller took the queue are published
+            // first, so the published prefix has no hole (as in sq_publish).
+            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != p.pos) atom::relax();
+            atom::store_relaxed(&qp.ctr->sq_last, p.pos + n - 1, qp.sys != 0);
+            // Release: the WQE bytes (and sq_last) are visible to whoever acquires
+            // sq_ready, as commit's doorbell-record update below does.
+            atom::store_release(&qp.ctr->sq_ready, p.pos + n, qp.sys != 0);
+        }
+    }
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Warp) {
+        st = __shfl_sync(wg.mask, st, wg.lead);
+    } else if constexpr (S == Scope::Block) {
+        __shared__ int blk_st;
+        if (lead) blk_st = st;
+        __syncthreads();  // commit<Block> syncs again before blk_st can be rewritten
+        st = blk_st;
+    }
+#endif
+    if (st != int(Status::Ok)) return Status(st);
+    return commit<S>(qp);
 }
 
 // ---- receive queue ----------------------------------------------------------------------

@@ -186,6 +186,7 @@ GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t
 struct LeaderCache {
     uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
     uint32_t batches = 0;  ///< doorbell-record reads so far
+    unsigned long long ci = 0;  ///< sq_ci as the leader advances it
     uint32_t state = 0;
     bool peer_ok = false;
     QpState* r = nullptr;
@@ -294,15 +295,14 @@ GV_HOST_DEVICE uint8_t* sq_seg(const QpState* q, unsigned long long pos_bb, uint
     return q->sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
 }
 
-GV_HOST_DEVICE Outcome& outcome(QpState* q) { return q->plan.out; }
 
 /// Validates the WQE at sq_ci and plans its data movement. Leader only.
-GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
-    Plan& p = q->plan;
+GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
     Outcome o{};
     p.nseg = 0;
     p.sys = 0;
-    unsigned long long ci = q->sq_ci;
+    if (!lc.batches) lc.ci = q->sq_ci;
+    const unsigned long long ci = lc.ci;
     if (lc.pending == 0) {
         // One batch per drain: work published later is found by progress()'s re-check
         // after the lock is released.
@@ -343,7 +343,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
     auto fail = [&](uint8_t syn) -> uint32_t {
         o.req_syndrome = syn;
         p.nseg = 0;
-        outcome(q) = o;
+        p.out = o;
         return kExecute;
     };
     if (o.bbs > pending) {
@@ -359,7 +359,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
                       c.opcode == MLX5_OPCODE_ATOMIC_FA;
     const bool send = c.opcode == MLX5_OPCODE_SEND || c.opcode == MLX5_OPCODE_SEND_IMM;
     if (c.opcode == MLX5_OPCODE_NOP) {
-        outcome(q) = o;
+        p.out = o;
         return kExecute;
     }
     if (!rdma && !send) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
@@ -406,7 +406,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
         std::memcpy(reinterpret_cast<void*>(lp), &old, 8);
         p.sys = lsys | rsys;
         o.byte_len = 8;
-        outcome(q) = o;
+        p.out = o;
         return kExecute;
     }
 
@@ -544,14 +544,13 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc) {
             }
         }
     }
-    outcome(q) = o;
+    p.out = o;
     return kExecute;
 }
 
 /// Completes the WQE prepare() planned, after the group copied its data. Leader only.
-GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc) {
-    Outcome o = outcome(q);
-    QpState* r = q->remote;
+GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc, const Outcome& o) {
+    QpState* r = lc.r;
     bool ok = true;
     if (o.resp_kind && r) {
         CqeFields f{};
@@ -587,9 +586,9 @@ GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc) {
         ok = cq_push(q->scq, f);
     }
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
-    atom::store_relaxed(&q->sq_ci, q->sq_ci + o.bbs);
+    lc.ci += o.bbs;
+    atom::store_relaxed(&q->sq_ci, lc.ci);
     lc.pending -= o.bbs;
-    q->executed++;
     if ((o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) || !ok) {
         enter_error(q, o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR
                            ? uint32_t(o.req_syndrome)
@@ -598,15 +597,45 @@ GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc) {
     }
 }
 
+/// WQEs moving at most this many bytes are executed by the group's leader alone, with no
+/// group barrier: a barrier costs more than the leader's few loads and stores.
+inline constexpr uint64_t kLeaderBytes = 128;
+
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
-/// group holds the QP's lock.
+/// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
+/// the whole group through q->plan.
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
     LeaderCache lc;  // meaningful in the leader only
     for (;;) {
-        if (g.leader()) q->plan.act = prepare(q, lc);
+        if (g.leader()) {
+            uint32_t act;
+            for (;;) {
+                Plan p;
+                act = prepare(q, lc, p);
+                if (act != kExecute) break;
+                uint64_t bytes = 0;
+                for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
+                if (g.size() > 1 && bytes > kLeaderBytes) {
+                    Plan& shared = q->plan;  // for the group: header and used segments only
+                    shared.nseg = p.nseg;
+                    shared.sys = p.sys;
+                    shared.out = p.out;
+                    for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
+                    break;
+                }
+                bool stored = false;
+                for (uint32_t i = 0; i < p.nseg; ++i)
+                    stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+                // RC ordering: this WQE's bytes are visible before the completion and before
+                // any byte of the next WQE.
+                if (stored) atom::fence_release(p.sys != 0);
+                finish(q, lc, p.out);
+            }
+            q->plan.act = act;
+        }
         // One barrier publishes the leader's plan; the one after the copy tells the leader
-        // everyone is done with it (so two barriers per WQE).
+        // everyone is done with it (so two barriers per large WQE).
         g.sync();
         const Plan& p = q->plan;
         const uint32_t act = p.act;
@@ -619,7 +648,7 @@ GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
         // next WQE is stored.
         if (stored) atom::fence_release(p.sys != 0);
         g.sync();
-        if (g.leader()) finish(q, lc);
+        if (g.leader()) finish(q, lc, p.out);
     }
 }
 
