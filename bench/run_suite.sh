@@ -1,0 +1,42 @@
+#!/bin/bash
+# Runs the benchmark suite on a machine with a GPU and draws the plots.
+#   bench/run_suite.sh [BIN_DIR=build/tools] [OUT_DIR=bench/results]
+# Writes OUT_DIR/results.jsonl (one JSON object per measurement), OUT_DIR/suite.log and
+# PNG plots (bench/plot.py). Takes about two minutes on an H200.
+set -uo pipefail
+BIN=${1:-build/tools}
+OUT=${2:-bench/results}
+mkdir -p "$OUT"
+J="$OUT/results.jsonl"
+LOG="$OUT/suite.log"
+: > "$J"
+: > "$LOG"
+run() {  # run BENCH ARGS...: JSON lines to results.jsonl, everything to the log
+    echo "+ $*" >> "$LOG"
+    timeout 120 "$BIN/$1" "${@:2}" --json 2>>"$LOG" | tee -a "$LOG" | grep '^{' >> "$J"
+}
+# WRITE bandwidth by size, GPU-initiated (264 QPs = 2 blocks per SM) and CPU-initiated.
+for s in 8 64 512 4096 32768 262144 1048576 8388608; do
+    n=$(( (1 << 30) / (s * 264) )); (( n < 32 )) && n=32; (( n > 8192 )) && n=8192
+    run gv_write_bw -s $s -q 264 -t 512 -n $n --reps 3
+    run gv_read_bw -s $s -q 264 -t 512 -n $n --reps 3
+done
+for s in 8 512 4096 65536 1048576; do
+    n=$(( (1 << 28) / (s * 4) )); (( n < 64 )) && n=64; (( n > 4096 )) && n=4096
+    run gv_write_bw --initiator cpu -s $s -q 4 -t 64 -n $n --reps 2
+done
+run gv_write_bw -s 1048576 -q 1 -t 512 -n 256 --reps 3
+# 8-byte message rate by QP count (one block per QP).
+for q in 1 8 66 132 264 528 1056; do
+    run gv_write_bw -s 8 -q $q -t 64 -n 4096 --reps 3
+done
+# Latency.
+run gv_write_lat -s 8 -n 10000
+run gv_write_lat -s 64 -n 10000
+run gv_write_lat -s 1024 -n 10000
+# Posting rate and compute-then-send.
+run gv_post_rate
+run gv_post_rate --mem host -q 132
+run gv_compute_send -n 1000
+python3 "$(dirname "$0")/plot.py" "$J" "$OUT" >> "$LOG" 2>&1 || echo "plotting failed (see $LOG)"
+echo "results: $J ($(wc -l < "$J") measurements), plots in $OUT"
