@@ -150,7 +150,10 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
                "it with CqOptions::memory = MemoryKind::Host");
     std::vector<Completion> out(n);
     auto h = impl_->be->handle();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    // Timeouts past the clock's range (kWaitForever among them) mean no deadline; added to
+    // now() they would overflow into one in the past.
+    const bool bounded = timeout_ms < (uint64_t(1) << 40);  // 2^40 ms: 34 years
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bounded ? timeout_ms : 0);
     uint32_t got = 0;
     while (got < n) {
         uint32_t k = dev::poll_cq(h, out.data() + got, n - got);
@@ -163,7 +166,7 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
             std::lock_guard<std::mutex> lock(impl_->mu);
             for (auto& q : impl_->qps) dev::drive(q);
         }
-        if (std::chrono::steady_clock::now() > deadline)
+        if (bounded && std::chrono::steady_clock::now() > deadline)
             throw TimeoutError("CQ " + std::to_string(cqn()) + ": " + std::to_string(got) + " of " +
                                std::to_string(n) + " completions within " + std::to_string(timeout_ms) + " ms");
         std::this_thread::yield();
@@ -184,28 +187,35 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
 struct QueuePair::Impl {
     Context ctx;
     QpOptions opts;
+    // The CQs' Impls, not the CompletionQueue objects in opts: those may be moved from
+    // after the QP was created, while an Impl stays where it is.
+    CompletionQueue::Impl* cqs[2];
     std::unique_ptr<detail::QpBackend> be;
 };
 
 QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std::make_unique<Impl>()) {
-    GV_REQUIRE(o.send_cq && o.recv_cq, "QpOptions::send_cq and recv_cq are required");
+    GV_REQUIRE(o.send_cq, "QpOptions::send_cq is required: expected a CompletionQueue of the QP's context");
+    GV_REQUIRE(o.recv_cq, "QpOptions::recv_cq is required: expected a CompletionQueue of the QP's context");
+    GV_REQUIRE(o.send_cq->impl() && o.recv_cq->impl(), "QpOptions names a moved-from CompletionQueue");
     impl_->ctx = pd.context();
     impl_->opts = o;
-    impl_->be = pd.context().impl()->ops->qp_create(pd.handle(), o, o.send_cq->impl()->be.get(),
-                                                     o.recv_cq->impl()->be.get());
+    impl_->cqs[0] = o.send_cq->impl();
+    impl_->cqs[1] = o.recv_cq->impl();
+    impl_->be =
+        pd.context().impl()->ops->qp_create(pd.handle(), o, impl_->cqs[0]->be.get(), impl_->cqs[1]->be.get());
     auto h = impl_->be->handle();
-    for (CompletionQueue* cq : {o.send_cq, o.recv_cq}) {
-        std::lock_guard<std::mutex> lock(cq->impl()->mu);
-        cq->impl()->qps.push_back(h);
-        if (o.send_cq == o.recv_cq) break;
+    for (CompletionQueue::Impl* cq : impl_->cqs) {
+        std::lock_guard<std::mutex> lock(cq->mu);
+        cq->qps.push_back(h);
+        if (impl_->cqs[0] == impl_->cqs[1]) break;
     }
 }
 QueuePair::~QueuePair() {
     if (!impl_) return;
     uint32_t q = impl_->be->handle().qpn;
-    for (CompletionQueue* cq : {impl_->opts.send_cq, impl_->opts.recv_cq}) {
-        std::lock_guard<std::mutex> lock(cq->impl()->mu);
-        auto& v = cq->impl()->qps;
+    for (CompletionQueue::Impl* cq : impl_->cqs) {
+        std::lock_guard<std::mutex> lock(cq->mu);
+        auto& v = cq->qps;
         v.erase(std::remove_if(v.begin(), v.end(), [&](const dev::QpHandle& h) { return h.qpn == q; }),
                 v.end());
     }

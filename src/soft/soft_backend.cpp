@@ -275,6 +275,7 @@ public:
     MemoryKind memory() const override { return memory_; }
     bool host_pollable() const override { return !device_; }
     soft::CqState* state() const { return s_.at<soft::CqState>(0); }
+    const SoftDevice* device() const { return dev_.get(); }
 
     void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) override {
         std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +293,42 @@ public:
         }
         throw InvalidUsage("CQ " + std::to_string(cqn_) + " already serves " + std::to_string(kSlots) +
                            " QPs, its maximum");
+    }
+    /// Removes the unpolled completions of qpn, as libmlx5's mlx5_cq_clean does when a QP
+    /// is reset or destroyed: polled later, they would retire slots of the QP's emptied
+    /// queues (or of a new QP with the same number) and wreck its counters. Later entries
+    /// move towards the producer over the gap, the consumer index advances past it. No
+    /// thread may poll this CQ meanwhile (libmlx5 holds the CQ lock).
+    void clean(uint32_t qpn) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const uint32_t log = log2u(cnt_), mask = cnt_ - 1;
+        const auto ci = dev_->read_val<unsigned long long>(q_, ring_bytes_ + 64);
+        uint8_t op_own;
+        auto first = dev_->read_val<mlx5_cqe64>(q_, size_t(ci & mask) * 64);
+        if (!mlx5::cqe_ready(&first, uint32_t(ci), log, false, &op_own)) return;  // nothing unpolled
+        std::vector<mlx5_cqe64> ring(cnt_);
+        dev_->read(q_, 0, ring.data(), ring_bytes_);
+        // The produced entries: [ci, end). One a producer is still writing ends the scan.
+        unsigned long long end = ci;
+        while (end - ci < cnt_ && mlx5::cqe_ready(&ring[end & mask], uint32_t(end), log, false, &op_own))
+            ++end;
+        uint32_t freed = 0;
+        for (unsigned long long i = end; i-- > ci;) {
+            mlx5_cqe64 e = ring[i & mask];
+            if (mlx5::decode_cqe(&e, e.op_own).qpn == qpn) {
+                ++freed;
+            } else if (freed) {
+                // The entry's new position may be on the next pass: give it that owner bit.
+                e.op_own =
+                    uint8_t((e.op_own & ~MLX5_CQE_OWNER_MASK) | mlx5::sw_owner(uint32_t(i + freed), log));
+                ring[(i + freed) & mask] = e;
+                dev_->write(q_, size_t((i + freed) & mask) * 64, &e, sizeof e);
+            }
+        }
+        if (!freed) return;
+        const unsigned long long nci = ci + freed;
+        dev_->write_val(q_, ring_bytes_ + 64, nci);
+        dev_->write_val(q_, ring_bytes_ + mlx5::kCqSetCi * 4, mlx5::to_be32(uint32_t(nci) & 0xffffff));
     }
     void detach_qp(uint32_t qpn) override {
         std::lock_guard<std::mutex> lock(mu_);
@@ -334,7 +371,8 @@ public:
         GV_REQUIRE(o.max_inline <= kMaxInline, "max_inline " + std::to_string(o.max_inline) +
                                                    " too large: the software device carries at most " +
                                                    std::to_string(kMaxInline) + " inline bytes");
-        GV_REQUIRE(o.sq_depth >= 1 && o.rq_depth >= 1, "sq_depth and rq_depth must be at least 1");
+        GV_REQUIRE(o.sq_depth >= 1, "sq_depth 0: expected at least 1 WQE");
+        GV_REQUIRE(o.rq_depth >= 1, "rq_depth 0: expected at least 1 receive WQE");
         device_ = queue_on_device(*dev_, o.memory);
         uint32_t ds = std::max<uint32_t>({2 + o.max_send_sge, 4, 2 + mlx5::inline_ds(o.max_inline)});
         uint64_t bbs = uint64_t(o.sq_depth) * mlx5::ds_to_bbs(ds);
@@ -347,47 +385,17 @@ public:
         rq_stride_ = std::max<uint32_t>(16, next_pow2(o.max_recv_sge * 16));
         sq_bytes_ = size_t(sq_bbs_) * 64;
         rq_bytes_ = size_t(rq_cnt_) * rq_stride_;
-        q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
-        s_ = dev_->alloc(sizeof(soft::QpState), dev_->on_gpu());
-        qpn_ = dev_->alloc_qpn();
         opts_ = o;
-
-        soft::QpState st{};
-        st.qpn = qpn_;
-        st.pd = pd;
-        st.state = soft::kReset;
-        st.sq_log_bb = log2u(sq_bbs_);
-        st.rq_log_cnt = log2u(rq_cnt_);
-        st.rq_log_stride = log2u(rq_stride_);
-        st.max_send_sge = o.max_send_sge;
-        st.max_recv_sge = o.max_recv_sge;
-        st.max_inline = o.max_inline;
-        st.sys = device_ ? 0 : 1;
-        st.sq = q_.at(0);
-        st.rq = q_.at(sq_bytes_);
-        st.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
-        st.scq = scq->state();
-        st.rcq = rcq->state();
-        st.local_mrs = dev_->mr_table();
-        st.remote_mrs = dev_->mr_table();
-        dev_->write(s_, 0, &st, sizeof st);
-        dev_->qp_add(qpn_, s_.at<soft::QpState>(0), &s_);
-
-        auto h = handle();
-        if (scq == rcq) {
-            scq->attach_qp(qpn_, h, true, true);
-        } else {
-            scq->attach_qp(qpn_, h, true, false);
-            rcq->attach_qp(qpn_, h, false, true);
+        // Whatever fails from here on (allocation, a CQ out of QP slots) must undo what was
+        // done: no destructor runs for a half-built object.
+        try {
+            build(pd, o);
+        } catch (...) {
+            teardown();
+            throw;
         }
     }
-    ~SoftQp() override {
-        dev_->qp_remove(qpn_);
-        scq_->detach_qp(qpn_);
-        if (rcq_ != scq_) rcq_->detach_qp(qpn_);
-        dev_->release(q_);
-        dev_->release(s_);
-    }
+    ~SoftQp() override { teardown(); }
 
     dev::QpHandle handle() const override {
         dev::QpHandle h{};
@@ -475,6 +483,8 @@ public:
 
     void reset() override {
         set(offsetof(soft::QpState, state), uint32_t(soft::kReset));
+        scq_->clean(qpn_);
+        if (rcq_ != scq_) rcq_->clean(qpn_);
         std::vector<uint8_t> zero(q_.bytes, 0);
         dev_->write(q_, 0, zero.data(), zero.size());
         set(offsetof(soft::QpState, sq_ci), 0ull);
@@ -498,6 +508,53 @@ public:
     }
 
 private:
+    void build(uint32_t pd, const QpOptions& o) {
+        q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
+        s_ = dev_->alloc(sizeof(soft::QpState), dev_->on_gpu());
+        qpn_ = dev_->alloc_qpn();
+
+        soft::QpState st{};
+        st.qpn = qpn_;
+        st.pd = pd;
+        st.state = soft::kReset;
+        st.sq_log_bb = log2u(sq_bbs_);
+        st.rq_log_cnt = log2u(rq_cnt_);
+        st.rq_log_stride = log2u(rq_stride_);
+        st.max_send_sge = o.max_send_sge;
+        st.max_recv_sge = o.max_recv_sge;
+        st.max_inline = o.max_inline;
+        st.sys = device_ ? 0 : 1;
+        st.sq = q_.at(0);
+        st.rq = q_.at(sq_bytes_);
+        st.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
+        st.scq = scq_->state();
+        st.rcq = rcq_->state();
+        st.local_mrs = dev_->mr_table();
+        st.remote_mrs = dev_->mr_table();
+        dev_->write(s_, 0, &st, sizeof st);
+        dev_->qp_add(qpn_, s_.at<soft::QpState>(0), &s_);
+
+        auto h = handle();
+        if (scq_ == rcq_) {
+            scq_->attach_qp(qpn_, h, true, true);
+        } else {
+            scq_->attach_qp(qpn_, h, true, false);
+            rcq_->attach_qp(qpn_, h, false, true);
+        }
+    }
+    /// Undoes build(), also a partial one (detaching from a CQ it never joined is a no-op).
+    void teardown() {
+        if (qpn_) {
+            dev_->qp_remove(qpn_);
+            scq_->detach_qp(qpn_);
+            if (rcq_ != scq_) rcq_->detach_qp(qpn_);
+            scq_->clean(qpn_);
+            if (rcq_ != scq_) rcq_->clean(qpn_);
+        }
+        dev_->release(q_);
+        dev_->release(s_);
+    }
+
     template <typename T>
     void set(size_t off, T v) {
         dev_->write_val(s_, off, v);
@@ -544,8 +601,9 @@ public:
     void pd_free(uint32_t) override {}
 
     MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) override {
-        GV_REQUIRE(addr != nullptr, "memory region at address 0");
-        GV_REQUIRE(length > 0, "memory region of length 0");
+        GV_REQUIRE(addr != nullptr,
+                   "memory region at address 0: expected host memory or GPU memory of " + dev_->name());
+        GV_REQUIRE(length > 0, "memory region of length 0: expected at least 1 byte");
         GV_REQUIRE(length <= (1ull << 47), "memory region length " + std::to_string(length) + " too large");
         GV_REQUIRE((access & ~uint32_t(kAllAccess)) == 0,
                    "access " + hex(access) + " has unknown bits: expected kLocalWrite, kRemoteWrite, "
@@ -607,6 +665,9 @@ public:
         auto* s = dynamic_cast<SoftCq*>(scq);
         auto* r = dynamic_cast<SoftCq*>(rcq);
         GV_REQUIRE(s && r, "the QP's CQs belong to another backend");
+        GV_REQUIRE(s->device() == dev_.get() && r->device() == dev_.get(),
+                   "the QP's CQs belong to another software device than its protection domain (" +
+                       dev_->name() + "): create them from the same context");
         return std::make_unique<SoftQp>(dev_, pd, o, s, r);
     }
 
