@@ -88,37 +88,59 @@ GV_HOST_DEVICE void copy_words(const G& g, T* d, const T* s, uint64_t n) {
     for (; i < n; i += step) d[i] = s[i];
 }
 
+#if defined(__CUDACC__)
+/// Copies a short range (head or tail of a copy) alone, in the widest aligned stores the
+/// mutual alignment `unit` allows, so an aligned 2-, 4- or 8-byte value (a flag) is never
+/// written byte by byte: a poller sees it change at once, as with a NIC's DMA.
+__device__ __forceinline__ void copy_small(uint8_t* d, const uint8_t* s, uint64_t n, uint32_t unit) {
+    while (n) {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(d);
+        if (unit >= 8 && n >= 8 && !(a & 7)) {
+            *reinterpret_cast<uint64_t*>(d) = *reinterpret_cast<const uint64_t*>(s);
+            d += 8, s += 8, n -= 8;
+        } else if (unit >= 4 && n >= 4 && !(a & 3)) {
+            *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(s);
+            d += 4, s += 4, n -= 4;
+        } else if (unit >= 2 && n >= 2 && !(a & 1)) {
+            *reinterpret_cast<uint16_t*>(d) = *reinterpret_cast<const uint16_t*>(s);
+            d += 2, s += 2, n -= 2;
+        } else {
+            *d++ = *s++;
+            --n;
+        }
+    }
+}
+#endif
+
 /// The group copies len bytes from src to dst (executor pointers). Returns whether the
 /// calling thread stored anything (only those threads need to fence).
 template <typename G>
 GV_HOST_DEVICE bool group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t len) {
     if (len == 0) return false;
 #if GV_DEVICE_CODE
-    const uint64_t total = len;
     auto* d = reinterpret_cast<uint8_t*>(dst);
     const auto* s = reinterpret_cast<const uint8_t*>(src);
-    uint32_t unit = ((dst ^ src) & 15) == 0 ? 16 : ((dst ^ src) & 7) == 0 ? 8
-                  : ((dst ^ src) & 3) == 0 ? 4 : 1;
+    const uint64_t x = dst ^ src;
+    const uint32_t unit = (x & 15) == 0 ? 16 : (x & 7) == 0 ? 8 : (x & 3) == 0 ? 4 : (x & 1) == 0 ? 2 : 1;
+    // Head up to the unit's alignment and tail after the last whole unit: one thread, in
+    // the widest aligned stores; the units in between: the whole group.
     uint64_t head = (unit - (dst & (unit - 1))) & (unit - 1);
     if (head > len) head = len;
-    for (uint64_t i = g.rank(); i < head; i += g.size()) d[i] = s[i];
-    d += head;
-    s += head;
-    len -= head;
-    uint64_t words = len / unit;
-    if (unit == 16)
-        copy_words(g, reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(s), words);
-    else if (unit == 8)
-        copy_words(g, reinterpret_cast<uint64_t*>(d), reinterpret_cast<const uint64_t*>(s), words);
-    else if (unit == 4)
-        copy_words(g, reinterpret_cast<uint32_t*>(d), reinterpret_cast<const uint32_t*>(s), words);
-    else
-        copy_words(g, d, s, words);
-    uint64_t done = words * unit;
-    for (uint64_t i = done + g.rank(); i < len; i += g.size()) d[i] = s[i];
-    // Every unit-sized or single-byte store is spread round-robin from rank 0, so a thread
-    // stored iff its rank is below the number of pieces.
-    return g.rank() < total;
+    const uint64_t words = (len - head) / unit;
+    const uint64_t tail = len - head - words * unit;
+    if (g.rank() == 0 && head) copy_small(d, s, head, unit);
+    uint8_t* bd = d + head;
+    const uint8_t* bs = s + head;
+    switch (unit) {
+        case 16: copy_words(g, reinterpret_cast<uint4*>(bd), reinterpret_cast<const uint4*>(bs), words); break;
+        case 8: copy_words(g, reinterpret_cast<uint64_t*>(bd), reinterpret_cast<const uint64_t*>(bs), words); break;
+        case 4: copy_words(g, reinterpret_cast<uint32_t*>(bd), reinterpret_cast<const uint32_t*>(bs), words); break;
+        case 2: copy_words(g, reinterpret_cast<uint16_t*>(bd), reinterpret_cast<const uint16_t*>(bs), words); break;
+        default: copy_words(g, bd, bs, words); break;
+    }
+    if (tail && g.rank() == 0) copy_small(bd + words * unit, bs + words * unit, tail, unit);
+    // Threads store only when their rank is below the number of pieces (all < len).
+    return g.rank() < len;
 #else
     (void)g;
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
@@ -632,6 +654,7 @@ GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
                 if (stored) atom::fence_release(p.sys != 0);
                 finish(q, lc, p.out);
             }
+            if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
             q->plan.act = act;
         }
         // One barrier publishes the leader's plan; the one after the copy tells the leader

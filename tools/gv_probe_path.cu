@@ -1,0 +1,82 @@
+// gv_probe_path: where the time of one WRITE goes, posted and waited for by a single CUDA
+// thread on the software device (clock64 around each step, averaged). The steps are the
+// library's own functions, in the order dev::write + dev::commit + dev::wait_send run them.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "gpuverbs/device.cuh"
+#include "gpuverbs/gpuverbs.hpp"
+
+using namespace gv;
+
+enum { kReserve, kBuild, kPublish, kDbrec, kExecute, kPoll, kSteps };
+const char* kStep[] = {"reserve (sq_reserve_group)", "build WQE", "publish (sq_publish_group)",
+                       "doorbell record (commit)", "execute (progress)", "poll CQE (poll_cq)"};
+
+__global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey, int n,
+                            unsigned long long* acc) {
+    unsigned long long sum[kSteps] = {};
+    for (int i = 0; i < n; ++i) {
+        unsigned long long t0 = clock64();
+        dev::Reservation res;
+        dev::sq_reserve_group(qp, 1, &res, kWaitForever);
+        unsigned long long t1 = clock64();
+        Sge s{reinterpret_cast<uint64_t>(src), 8, lkey};
+        dev::build_sge_wqe(qp, res.pos, MLX5_OPCODE_RDMA_WRITE, kSignaled, 0, dst, rkey, &s, 1);
+        unsigned long long t2 = clock64();
+        dev::sq_publish_group(qp, res);
+        unsigned long long t3 = clock64();
+        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready));
+        unsigned long long t4 = clock64();
+        soft::progress(qp.soft, soft::ThreadGroup{});
+        unsigned long long t5 = clock64();
+        Completion c;
+        while (dev::poll_cq(qp.scq, &c, 1) == 0) {
+        }
+        unsigned long long t6 = clock64();
+        if (i >= 10) {
+            sum[0] += t1 - t0, sum[1] += t2 - t1, sum[2] += t3 - t2;
+            sum[3] += t4 - t3, sum[4] += t5 - t4, sum[5] += t6 - t5;
+        }
+    }
+    for (int k = 0; k < kSteps; ++k) acc[k] = sum[k];
+}
+
+int main() {
+    Context ctx(ContextOptions{Backend::Soft, 0});
+    ProtectionDomain pd(ctx);
+    CompletionQueue c0(ctx, {64}), c1(ctx, {64});
+    QpOptions o;
+    o.send_cq = o.recv_cq = &c0;
+    QueuePair a(pd, o);
+    o.send_cq = o.recv_cq = &c1;
+    QueuePair b(pd, o);
+    a.connect(b.endpoint());
+    b.connect(a.endpoint());
+    void *src, *dst;
+    cudaMalloc(&src, 4096);
+    cudaMalloc(&dst, 4096);
+    MemoryRegion ms(pd, src, 4096, kLocalWrite), md(pd, dst, 4096, kAllAccess);
+    unsigned long long* acc;
+    cudaMallocManaged(&acc, sizeof(unsigned long long) * kSteps);
+    const int n = 2010;
+    path_kernel<<<1, 1>>>(a.device_handle(), static_cast<uint8_t*>(src), ms.lkey(), uint64_t(dst), md.rkey(), n, acc);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        std::printf("kernel failed: %s\n", cudaGetErrorString(e));
+        return 1;
+    }
+    int clk = 0;
+    cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0);
+    double total = 0;
+    std::printf("# gv_probe_path: one thread, 8-byte signaled WRITE, %d iterations (SM clock %d MHz)\n", n - 10,
+                clk / 1000);
+    for (int k = 0; k < kSteps; ++k) {
+        double ns = double(acc[k]) / (n - 10) / (clk / 1e6);
+        total += ns;
+        std::printf("%-30s %10.1f ns\n", kStep[k], ns);
+    }
+    std::printf("%-30s %10.1f ns\n", "total", total);
+    return 0;
+}
