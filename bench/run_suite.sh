@@ -16,14 +16,17 @@ run() {  # run BENCH ARGS...: JSON lines to results.jsonl, everything to the log
     timeout 120 "$BIN/$1" "${@:2}" --json 2>>"$LOG" | tee -a "$LOG" | grep '^{' >> "$J"
 }
 # WRITE bandwidth by size, GPU-initiated (264 QPs = 2 blocks per SM) and CPU-initiated.
-for s in 8 64 512 4096 32768 262144 1048576 8388608; do
+for s in 8 64 512 4096 32768 262144 1048576; do
     n=$(( (1 << 30) / (s * 264) )); (( n < 32 )) && n=32; (( n > 8192 )) && n=8192
     run gv_write_bw -s $s -q 264 -t 512 -n $n --reps 3
     run gv_read_bw -s $s -q 264 -t 512 -n $n --reps 3
 done
+run gv_write_bw -s 8388608 -q 66 -t 512 -n 16 --reps 3
+# GPU- against CPU-initiated at the same QP count and post list.
 for s in 8 512 4096 65536 1048576; do
     n=$(( (1 << 28) / (s * 4) )); (( n < 64 )) && n=64; (( n > 4096 )) && n=4096
     run gv_write_bw --initiator cpu -s $s -q 4 -t 64 -n $n --reps 2
+    run gv_write_bw --initiator gpu -s $s -q 4 -t 64 -n $n --reps 2
 done
 run gv_write_bw -s 1048576 -q 1 -t 512 -n 256 --reps 3
 # 8-byte message rate by QP count (one block per QP).

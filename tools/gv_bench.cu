@@ -146,9 +146,27 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
     }
 }
 
+// CPU-initiated: post lists of `list` WQEs (the last one signaled), one doorbell per list,
+// up to kCpuLists lists in flight (CQ moderation as perftest's tx-depth), polled without
+// blocking the posting of the next list.
+constexpr uint32_t kCpuLists = 4;
+
 void cpu_bw(const Job& j, int op, uint32_t size, uint32_t iters, uint32_t list, int* err) {
+    uint32_t outstanding = 0;
+    auto reap = [&](bool block) {
+        Completion c[kCpuLists];
+        for (;;) {
+            uint32_t k = dev::poll_cq(j.qp.scq, c, kCpuLists);
+            for (uint32_t i = 0; i < k; ++i)
+                if (!c[i].ok()) __atomic_add_fetch(err, 1, __ATOMIC_RELAXED);
+            outstanding -= k;
+            if (k || !block) return;
+            std::this_thread::yield();
+        }
+    };
     for (uint32_t base = 0; base < iters; base += list) {
         uint32_t n = std::min(list, iters - base);
+        while (outstanding >= kCpuLists) reap(true);
         for (uint32_t k = 0; k < n; ++k) {
             uint64_t off = (uint64_t(base + k) * size) % (j.slice - size + 1);
             uint32_t fl = k == n - 1 ? kSignaled : 0;
@@ -157,11 +175,10 @@ void cpu_bw(const Job& j, int op, uint32_t size, uint32_t iters, uint32_t list, 
             if (st != Status::Ok) __atomic_add_fetch(err, 1, __ATOMIC_RELAXED);
         }
         dev::commit(j.qp);
-        // The CQ is host memory: poll it from this thread.
-        Completion c;
-        while (dev::poll_cq(j.qp.scq, &c, 1) == 0) std::this_thread::yield();
-        if (!c.ok()) __atomic_add_fetch(err, 1, __ATOMIC_RELAXED);
+        ++outstanding;
+        reap(false);
     }
+    while (outstanding) reap(true);
 }
 
 double memcpy_ceiling(size_t bytes) {
@@ -246,7 +263,7 @@ int main(int argc, char** argv) {
             cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{2048, qmem}));
             QpOptions qo;
             qo.send_cq = qo.recv_cq = cqs.back().get();
-            qo.sq_depth = std::max<uint32_t>(o.threads, 64);
+            qo.sq_depth = std::max<uint32_t>(o.threads * (o.gpu_init ? 1 : kCpuLists), 64);
             qo.rq_depth = std::max<uint32_t>(o.threads, 64);
             qo.memory = qmem;
             qps.push_back(std::make_unique<QueuePair>(pd, qo));
