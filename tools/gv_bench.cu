@@ -49,6 +49,7 @@ struct Opts {
     bool json = false;
     bool gbits = false;
     uint32_t reps = 3;
+    double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
 };
 
 int usage(const char* me) {
@@ -64,6 +65,7 @@ int usage(const char* me) {
                  "      --initiator gpu|cpu  who posts (default gpu)\n"
                  "      --mem device|host    where the buffers live (default device)\n"
                  "      --reps N          repetitions (peak = best, average = mean)\n"
+                 "  -D, --duration SECS   scale the iterations so each repetition lasts about SECS\n"
                  "      --report_gbits    report Gb/s instead of GB/s\n"
                  "      --json            one JSON object per size\n",
                  me);
@@ -378,6 +380,11 @@ int main(int argc, char** argv) {
                         if (err) throw Error("cpu initiator: " + std::to_string(err) + " failed work requests");
                     }
                     if (r) secs.push_back(ms / 1e3);
+                    if (r == 0 && o.duration > 0 && o.gpu_init && ms > 0) {
+                        // -D: scale the iteration count so one repetition lasts `duration`.
+                        double scale = o.duration * 1e3 / ms;
+                        o.iters = uint32_t(std::min(1e8, std::max(1.0, o.iters * scale)));
+                    }
                 }
                 int err = 0;
                 CK(cudaMemcpy(&err, d_err, sizeof(int), cudaMemcpyDeviceToHost));
