@@ -389,6 +389,18 @@ TEST(SoftErrors, MisalignedAtomic) {
     }
 }
 
+TEST(SoftErrors, AtomicResultIntoRegionWithoutLocalWrite) {
+    Env e;
+    MemoryRegion ro(e.p.pd, e.back.data(), e.back.size(), kRemoteRead);  // local read only
+    e.run(
+        [&] {
+            ASSERT_EQ(dev::fetch_add(e.a(), reinterpret_cast<uint64_t*>(e.back.at(8)), ro.lkey(),
+                                     e.dst.addr(Env::kTgt), e.dst.rkey(), 5),
+                      Status::Ok);
+        },
+        MLX5_CQE_SYNDROME_LOCAL_PROT_ERR, MLX5_OPCODE_ATOMIC_FA);
+}
+
 TEST(SoftErrors, AtomicWithoutRemoteAtomicAccess) {
     Env e;
     MemoryRegion m(e.p.pd, e.dst.data(), e.dst.size(), kLocalWrite | kRemoteWrite | kRemoteRead);
@@ -504,6 +516,24 @@ TEST(SoftErrors, SendLargerThanScatterList) {
     ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::CompletionError);
     EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
     EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+}
+
+// A receive whose buffer key is invalid: the responder reports LOCAL_PROT_ERR on its
+// receive, the requester REMOTE_OP_ERR (a NAK "remote operational error"); both QPs end in
+// ERROR.
+TEST(SoftErrors, ReceiveWithBadLkey) {
+    Env e;
+    auto a = e.a(), b = e.b();
+    ASSERT_EQ(dev::recv(b, e.back.at(Env::kTgt), 1024, 0x4444401u), Status::Ok);
+    e.run([&] { ASSERT_EQ(dev::send(a, e.src.at(0), 100, e.src.lkey()), Status::Ok); },
+          MLX5_CQE_SYNDROME_REMOTE_OP_ERR, MLX5_OPCODE_SEND);
+    Completion c{};
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_ERR);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+    EXPECT_EQ(c.qpn, e.p.qp[1]->qpn());
+    EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+    EXPECT_EQ(e.p.qp[1]->error_syndrome(), MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
 }
 
 namespace {

@@ -6,6 +6,8 @@
 // the WQE's position with an atomic, so any number of threads may post to one QP at once.
 #pragma once
 
+#include <sched.h>
+
 #include <type_traits>
 
 #include "gpuverbs/device/atomic.cuh"
@@ -85,6 +87,22 @@ struct QpHandle {
 };
 static_assert(std::is_trivially_copyable_v<QpHandle>);
 
+/// One step of a wait for another thread's progress (a poster between reserve and publish,
+/// a poller freeing slots, an executor). CPU threads may outnumber cores, and the one
+/// waited for may be preempted: spinning through whole time slices then lets only one
+/// WQE through per slice (a convoy: every poster queues behind a preempted one), so after
+/// a short spin (`limit` steps) a CPU thread gives its core away. GPU threads only pause.
+GV_HOST_DEVICE void spin_pause(uint32_t& spins, uint32_t limit = 64) {
+#if GV_DEVICE_CODE
+    (void)spins;
+    (void)limit;
+    atom::relax();
+#else
+    if (++spins < limit) atom::relax();
+    else sched_yield();
+#endif
+}
+
 // ---- positions ------------------------------------------------------------------------
 
 GV_HOST_DEVICE uint8_t* sq_seg(const QpHandle& qp, unsigned long long pos_bb, uint32_t k) {
@@ -100,6 +118,7 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
     const unsigned long long ring = 1ull << qp.sq_log_bb;
     if (bbs > ring) return Status::InvalidArgument;
     uint64_t start = 0;
+    uint32_t spins = 0;
     for (;;) {
         unsigned long long r = atom::load_relaxed(&qp.ctr->sq_reserved, qp.sys != 0);
         unsigned long long retired = atom::load_acquire(&qp.ctr->sq_retired, qp.sys != 0);
@@ -117,7 +136,7 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
             if (!start) start = now;
             else if (now - start > timeout_ns) return Status::Timeout;
         }
-        atom::relax();
+        spin_pause(spins);
     }
 }
 
@@ -125,7 +144,8 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
 /// published prefix never contains a hole. Earlier reservers are running threads that
 /// only write their WQE before publishing, so this wait always ends.
 GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs) {
-    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != pos) atom::relax();
+    uint32_t spins = 0;
+    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != pos) spin_pause(spins);
     atom::store_relaxed(&qp.ctr->sq_last, pos, qp.sys != 0);
     // Release: our WQE bytes (and sq_last) are visible to whoever acquires sq_ready.
     atom::store_release(&qp.ctr->sq_ready, pos + bbs, qp.sys != 0);
@@ -640,7 +660,8 @@ GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
             atom::store_relaxed(&qp.ctr->sq_reserved, p.pos + n, qp.sys != 0);
             // Strong-form WQEs reserved before the caller took the queue are published
             // first, so the published prefix has no hole (as in sq_publish).
-            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != p.pos) atom::relax();
+            uint32_t spins = 0;
+            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != p.pos) spin_pause(spins);
             atom::store_relaxed(&qp.ctr->sq_last, p.pos + n - 1, qp.sys != 0);
             // Release: the WQE bytes (and sq_last) are visible to whoever acquires
             // sq_ready, as commit's doorbell-record update below does.
@@ -671,6 +692,7 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
     const unsigned long long ring = 1ull << qp.rq_log_cnt;
     unsigned long long pos;
     uint64_t start = 0;
+    uint32_t spins = 0;
     for (;;) {
         unsigned long long r = atom::load_relaxed(&qp.ctr->rq_reserved, qp.sys != 0);
         unsigned long long retired = atom::load_acquire(&qp.ctr->rq_retired, qp.sys != 0);
@@ -686,7 +708,7 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
             if (!start) start = now;
             else if (now - start > timeout_ns) return Status::Timeout;
         }
-        atom::relax();
+        spin_pause(spins);
     }
     auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.rq + ((pos & (ring - 1)) << qp.rq_log_stride));
     const uint32_t cap = (1u << qp.rq_log_stride) / 16;
@@ -696,7 +718,8 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
         mlx5::set_data_seg(&ds[k++], sg[i].length, sg[i].lkey, sg[i].addr);
     }
     if (k < cap) mlx5::set_data_seg(&ds[k], 0, MLX5_INVALID_LKEY, 0);  // end of list
-    while (atom::load_acquire(&qp.ctr->rq_ready, qp.sys != 0) != pos) atom::relax();
+    spins = 0;
+    while (atom::load_acquire(&qp.ctr->rq_ready, qp.sys != 0) != pos) spin_pause(spins);
     atom::store_release(&qp.ctr->rq_ready, pos + 1, qp.sys != 0);
     // Monotonic receive doorbell record, as for the send queue.
     uint32_t* rec = &qp.dbrec[MLX5_RCV_DBR];
@@ -751,7 +774,7 @@ GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n
     uint32_t got = 0;
     bool failed = false;
     uint64_t start = 0;
-    uint32_t spins = 0;
+    uint32_t spins = 0, idle = 0;
     while (got < n) {
         Completion tmp[8];
         Completion* dst = out ? out + got : tmp;
@@ -773,7 +796,7 @@ GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n
                 return Status::Timeout;
             }
         }
-        atom::relax();
+        spin_pause(idle, 1024);  // waits for completions: yield later, keep latency low
     }
     if (polled) *polled = got;
     return failed ? Status::CompletionError : Status::Ok;
