@@ -102,12 +102,14 @@ inline unsigned long long sq_pos(const gv::dev::QpHandle& h) {
 
 /// The queue counters of a software-device QP, for failure messages.
 inline std::string qp_debug(const gv::dev::QpHandle& h) {
-    auto ld = [](const unsigned long long* p) { return std::to_string(__atomic_load_n(p, __ATOMIC_ACQUIRE)); };
-    std::string s = "sq reserved " + ld(&h.ctr->sq_reserved) + " ready " + ld(&h.ctr->sq_ready) + " retired " +
-                    ld(&h.ctr->sq_retired) + ", dbrec " +
+    auto ld = [](const unsigned long long* p) {
+        return std::to_string(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+    };
+    std::string s = "sq reserved " + ld(&h.ctr->sq_reserved) + " ready " + ld(&h.ctr->sq_ready) +
+                    " retired " + ld(&h.ctr->sq_retired) + ", dbrec " +
                     std::to_string(gv::mlx5::read_sq_dbrec(h.dbrec, true));
     if (h.soft && h.soft_on_host)
-        s += ", executed to " + ld(&h.soft->sq_ci) + " (" + ld(&h.soft->executed) + " WQEs), lock " +
+        s += ", executed to " + ld(&h.soft->sq_ci) + ", lock " +
              std::to_string(__atomic_load_n(&h.soft->lock, __ATOMIC_ACQUIRE)) + ", state " +
              std::to_string(__atomic_load_n(&h.soft->state, __ATOMIC_ACQUIRE));
     return s;

@@ -577,6 +577,21 @@ TEST(SoftErrors, RnrWithoutRetries) {
     EXPECT_EQ(dev::wait_recv(r.p.h(1), 1, c, 20 * kMs), Status::Timeout);
 }
 
+// WRITE with immediate needs a receive too: without one (rnr_retry 0) it fails the same way.
+TEST(SoftErrors, WriteImmWithoutReceive) {
+    RnrPair r(0, 1);
+    auto a = r.p.h(0);
+    HostBuf target(r.p.pd, 4096, kAllAccess);
+    ASSERT_EQ(dev::write_imm(a, r.src.data(), 100, r.src.lkey(), target.addr(), target.rkey(), 7),
+              Status::Ok);
+    dev::commit(a);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(c.wqe_opcode, MLX5_OPCODE_RDMA_WRITE_IMM);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+}
+
 // rnr_retry N allows N retries, each after the responder's RNR timer (here 10 us, then
 // 1.28 ms), then RNR_RETRY_EXC_ERR. wait_send drives the retries.
 TEST(SoftErrors, RnrRetriesExhausted) {
@@ -682,6 +697,30 @@ TEST(SoftErrors, ToErrorFlushesReceivesAndSends) {
     EXPECT_EQ(dev::commit(a), Status::QpError);
     ASSERT_EQ(dev::wait_send(a, 1, c, kTimeout), Status::CompletionError);
     EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+}
+
+// Work posted before RTS waits: commit says QpNotReady and nothing executes; the move to
+// RTS runs it.
+TEST(SoftErrors, PostedBeforeRtsRunsAtRts) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false);
+    HostBuf src(p.pd, 256, kLocalWrite), dst(p.pd, 256, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 3);
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    p.qp[0]->to_init();
+    RtrAttr rtr;
+    rtr.remote_qpn = p.qp[1]->qpn();
+    p.qp[0]->to_rtr(rtr);
+    auto a = p.h(0);
+    ASSERT_EQ(dev::write(a, src.data(), 200, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpNotReady);
+    Completion c{};
+    EXPECT_EQ(dev::wait_send(a, 1, &c, 20 * kMs), Status::Timeout);
+    EXPECT_EQ(gvtest::first_not(dst.data(), dst.size(), gvtest::kGuard), -1);
+    p.qp[0]->to_rts();
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.wqe_counter, 0u);
+    EXPECT_EQ(gvtest::first_diff(src.data(), dst.data(), 200), -1);
+    EXPECT_EQ(gvtest::first_not(dst.at(200), 56, gvtest::kGuard), -1);
 }
 
 // ---- posting-time limits ---------------------------------------------------------------
