@@ -26,6 +26,22 @@ template <typename T>
 using gpu_ref = cuda::atomic_ref<T, cuda::thread_scope_device>;
 #endif
 
+#if defined(__CUDACC__)
+/// Read-modify-writes on memory other agents observe (`sys`): the operation itself runs at
+/// device scope, between system-scope fences. CUDA does not make atomics on mapped pinned
+/// host memory atomic with respect to the CPU on PCIe hosts (hostNativeAtomicSupported = 0
+/// on the H200's), and compute-sanitizer rejects system-scope atomics there; what stays
+/// true is atomicity among the GPU's threads, and the fences keep the ordering the CPU (or
+/// a NIC) observes. So a counter is never updated atomically by CPU and GPU at once.
+template <typename F>
+__device__ __forceinline__ auto sys_rmw(bool, F&& op) {
+    cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+    auto r = op();
+    cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+    return r;
+}
+#endif
+
 template <typename T>
 GV_HOST_DEVICE T load_acquire(const T* p, bool sys = false) {
 #if GV_DEVICE_CODE
@@ -73,7 +89,7 @@ GV_HOST_DEVICE void store_relaxed(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_add(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+    if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel); });
     return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
 #else
     (void)sys;
@@ -84,7 +100,7 @@ GV_HOST_DEVICE T fetch_add(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
+    (void)sys;  // device-scope RMW, see sys_rmw
     return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
 #else
     (void)sys;
@@ -95,7 +111,7 @@ GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
+    if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel); });
     return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
 #else
     (void)sys;
@@ -112,8 +128,10 @@ GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE bool cas(T* p, T& expected, T desired, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).compare_exchange_strong(expected, desired,
-                                                           cuda::memory_order_acq_rel);
+    if (sys)
+        return sys_rmw(sys, [&] {
+            return gpu_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
+        });
     return gpu_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
 #else
     (void)sys;
@@ -126,7 +144,7 @@ GV_HOST_DEVICE bool cas(T* p, T& expected, T desired, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE bool cas_relaxed(T* p, T& expected, T desired, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_relaxed);
+    (void)sys;  // device-scope RMW, see sys_rmw
     return gpu_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_relaxed);
 #else
     (void)sys;
@@ -137,7 +155,7 @@ GV_HOST_DEVICE bool cas_relaxed(T* p, T& expected, T desired, bool sys = false) 
 template <typename T>
 GV_HOST_DEVICE T exchange(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).exchange(v, cuda::memory_order_acq_rel);
+    if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).exchange(v, cuda::memory_order_acq_rel); });
     return gpu_ref<T>(*p).exchange(v, cuda::memory_order_acq_rel);
 #else
     (void)sys;

@@ -372,7 +372,10 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         o.bbs = 1;
         return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
     }
-    if (state == kErr || state == kSqe) return fail(MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    if (state == kErr || state == kSqe) {
+        q->rnr_waiting = 0;  // a send that waited for a receive is flushed like the rest
+        return fail(MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    }
     if (c.wqe_index != uint16_t(ci) || c.qpn != q->qpn || c.ds == 0)
         return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
 
