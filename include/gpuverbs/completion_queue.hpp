@@ -32,8 +32,9 @@ public:
 
     /// Polls up to max completions from a CPU thread (host-memory CQs only).
     std::vector<Completion> poll(uint32_t max = 16);
-    /// Waits up to timeout_ms for n completions; throws TimeoutError with how many came,
-    /// and CompletionError for the first failed one unless allow_errors.
+    /// Waits up to timeout_ms for n completions (2^40 ms or more, e.g. kWaitForever: no
+    /// deadline); throws TimeoutError with how many came, and CompletionError for the
+    /// first failed one unless allow_errors.
     std::vector<Completion> wait(uint32_t n, uint64_t timeout_ms, bool allow_errors = false);
 
     struct Impl;

@@ -22,7 +22,7 @@ struct QpOptions {
     uint32_t rq_depth = 256;    ///< receive WQEs
     uint32_t max_send_sge = 1;  ///< 1..8
     uint32_t max_recv_sge = 1;  ///< 1..8
-    uint32_t max_inline = 64;   ///< bytes of inline payload per WQE, <= 956
+    uint32_t max_inline = 64;   ///< bytes of inline payload per WQE, <= 972 on the software device
     MemoryKind memory = MemoryKind::Default;
 };
 
@@ -63,6 +63,8 @@ struct RtsAttr {
 class QueuePair {
 public:
     QueuePair(const ProtectionDomain& pd, const QpOptions& options);
+    /// Destroys the QP: its unpolled completions are removed from its CQs (nobody may poll
+    /// them meanwhile), and a connected peer's later work fails with TRANSPORT_RETRY_EXC_ERR.
     ~QueuePair();
     QueuePair(QueuePair&&) noexcept;
     QueuePair& operator=(QueuePair&&) noexcept;
@@ -77,7 +79,8 @@ public:
     void to_rts(const RtsAttr& attr = {});
     /// Moves to ERROR: outstanding work completes with WR_FLUSH_ERR.
     void to_error();
-    /// Back to RESET: queues emptied, counters cleared.
+    /// Back to RESET: queues emptied, counters cleared, and this QP's unpolled completions
+    /// removed from its CQs (as libmlx5 does); nobody may poll those CQs meanwhile.
     void reset();
 
     QpEndpoint endpoint() const;
@@ -89,6 +92,8 @@ public:
     /// Handle for kernels and CPU threads. Keep the QueuePair alive while it is used.
     DeviceHandle device_handle() const;
 
+    /// The options the QP was created with (the CQ pointers are those given then; they
+    /// dangle if those CompletionQueue objects were moved or destroyed since).
     const QpOptions& options() const;
 
     struct Impl;

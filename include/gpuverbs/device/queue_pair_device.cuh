@@ -518,7 +518,7 @@ GV_HOST_DEVICE SqPosition get_position(const QpHandle& qp) {
 
 /// Weak-form builders: one single-WQEBB WQE at a caller-chosen position (thread scope,
 /// no atomics). WRITE / READ / SEND with one buffer, atomics, and inline payloads that fit
-/// one WQEBB (<= 12 bytes for WRITE, <= 28 for SEND); larger returns InvalidArgument.
+/// one WQEBB (<= 28 bytes for WRITE, <= 44 for SEND); larger returns InvalidArgument.
 GV_HOST_DEVICE Status write_weak(const QpHandle& qp, unsigned long long pos, const void* laddr, uint32_t len,
                                  uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t flags = 0) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
