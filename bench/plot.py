@@ -25,15 +25,15 @@ def main():
     ceiling = {}
     for r in rows:
         if r.get("bench") in ("write_bw", "read_bw"):
-            series[(r["bench"], r["initiator"], r["qps"])].append((r["bytes"], r["bw_avg_GBps"]))
+            series[(r["bench"], r["initiator"], r["qps"], r["threads"])].append((r["bytes"], r["bw_avg_GBps"]))
             if r["bench"] == "write_bw" and r["initiator"] == "gpu" and r["memcpy_GBps"] > 0:
-                ceiling[r["bytes"]] = r["memcpy_GBps"]
-    for (bench, init, qps), pts in sorted(series.items()):
+                ceiling[r["bytes"]] = max(ceiling.get(r["bytes"], 0), r["memcpy_GBps"])
+    for (bench, init, qps, threads), pts in sorted(series.items()):
         if len(pts) < 3:  # single-size runs (the QP sweep) belong to the next plot
             continue
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"{bench.replace('_bw', '').upper()}, {init}-initiated, {qps} QPs")
+                label=f"{bench.replace('_bw', '').upper()}, {init}-initiated, {qps} QPs x {threads}")
     if ceiling:
         c = sorted(ceiling.items())
         ax.plot([p[0] for p in c], [p[1] for p in c], "k--", label="cudaMemcpy D2D (same run)")
