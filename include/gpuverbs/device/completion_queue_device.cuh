@@ -83,14 +83,7 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
 /// Publishes the consumer index in the doorbell record, never moving it backwards when
 /// several pollers race (24-bit field, compared modulo 2^24).
 GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
-    uint32_t* rec = &cq.dbrec[mlx5::kCqSetCi];
-    uint32_t want = uint32_t(ci) & 0xffffff;
-    uint32_t cur = atom::load_relaxed(rec, cq.sys != 0);
-    for (;;) {
-        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffffff)) & 0xffffff;
-        if (ahead == 0 || ahead >= 0x800000) return;
-        if (atom::cas(rec, cur, mlx5::to_be32(want), cq.sys != 0)) return;
-    }
+    mlx5::advance_dbrec(&cq.dbrec[mlx5::kCqSetCi], uint32_t(ci), 24, cq.sys != 0);
 }
 
 /// Polls up to `max` completions; returns how many were written to `out`. Thread scope;

@@ -252,6 +252,16 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
 #endif
 }
 
+/// The group leader's part of publication: after every earlier reservation, the group's
+/// WQEBBs become the published prefix (release: the members' WQE stores, ordered before by
+/// the group barrier, are visible to whoever acquires sq_ready).
+GV_HOST_DEVICE void sq_publish_range(const QpHandle& qp, const Reservation& res) {
+    if (!res.total || res.status != Status::Ok) return;
+    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
+    atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
+    atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+}
+
 /// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
 /// published (so a commit by any member includes them). Collective like the reservation.
 template <Scope S = Scope::Thread>
@@ -261,23 +271,14 @@ GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res)
         // The block barrier orders every thread's WQE stores before thread 0's release
         // store (release is cumulative over what thread 0 observed through the barrier).
         __syncthreads();
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && res.total &&
-            res.status == Status::Ok) {
-            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
-            atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
-            atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
-        }
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) sq_publish_range(qp, res);
         __syncthreads();
     } else {
         // Same reasoning with the warp barrier.
         __syncwarp(res.mask);
         uint32_t lane;
         asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-        if (lane == res.leader && res.total && res.status == Status::Ok) {
-            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
-            atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
-            atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
-        }
+        if (lane == res.leader) sq_publish_range(qp, res);
         __syncwarp(res.mask);
     }
 #else
@@ -555,15 +556,7 @@ GV_HOST_DEVICE Status fetch_add_weak(const QpHandle& qp, unsigned long long pos,
 /// Moves the send doorbell record forward to `ready`, never backwards when committers
 /// race (16-bit field compared modulo 2^16; rings hold at most 2^15 WQEBBs).
 GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready) {
-    uint32_t* rec = &qp.dbrec[MLX5_SND_DBR];
-    uint32_t want = uint32_t(ready) & 0xffff;
-    uint32_t cur = atom::load_relaxed(rec, qp.sys != 0);
-    for (;;) {
-        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffff)) & 0xffff;
-        if (ahead == 0 || ahead >= 0x8000) return;
-        // acq_rel CAS: everything published up to `ready` is visible before the record.
-        if (atom::cas(rec, cur, mlx5::to_be32(want), qp.sys != 0)) return;
-    }
+    mlx5::advance_dbrec(&qp.dbrec[MLX5_SND_DBR], uint32_t(ready), 16, qp.sys != 0);
 }
 
 /// Rings the doorbell for everything published so far. Scope says who calls: one thread,
@@ -722,14 +715,7 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
     while (atom::load_acquire(&qp.ctr->rq_ready, qp.sys != 0) != pos) spin_pause(spins);
     atom::store_release(&qp.ctr->rq_ready, pos + 1, qp.sys != 0);
     // Monotonic receive doorbell record, as for the send queue.
-    uint32_t* rec = &qp.dbrec[MLX5_RCV_DBR];
-    uint32_t want = uint32_t(pos + 1) & 0xffff;
-    uint32_t cur = atom::load_relaxed(rec, qp.sys != 0);
-    for (;;) {
-        uint32_t ahead = (want - (mlx5::from_be32(cur) & 0xffff)) & 0xffff;
-        if (ahead == 0 || ahead >= 0x8000) break;
-        if (atom::cas(rec, cur, mlx5::to_be32(want), qp.sys != 0)) break;
-    }
+    mlx5::advance_dbrec(&qp.dbrec[MLX5_RCV_DBR], uint32_t(pos + 1), 16, qp.sys != 0);
     if (qp.backend != BackendKind::Soft) return Status::Ok;
 #if !GV_DEVICE_CODE
     if (!qp.soft_on_host) {

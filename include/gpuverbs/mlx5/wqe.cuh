@@ -145,6 +145,21 @@ GV_HOST_DEVICE uint32_t read_rq_dbrec(const uint32_t* dbrec, bool sys) {
     return from_be32(atom::load_acquire(&dbrec[MLX5_RCV_DBR], sys)) & 0xffff;
 }
 
+/// Moves a big-endian doorbell-record counter (the low `bits` bits of *rec) forward to
+/// `want`, never backwards when several writers race: a value half the counter's range or
+/// more behind is taken as already passed (rings are at most half the counter's range).
+/// The acq_rel CAS makes everything the caller published before visible with the record.
+GV_HOST_DEVICE void advance_dbrec(uint32_t* rec, uint32_t want, uint32_t bits, bool sys) {
+    const uint32_t mask = (1u << bits) - 1, half = 1u << (bits - 1);
+    want &= mask;
+    uint32_t cur = atom::load_relaxed(rec, sys);
+    for (;;) {
+        uint32_t ahead = (want - (from_be32(cur) & mask)) & mask;
+        if (ahead == 0 || ahead >= half) return;
+        if (atom::cas(rec, cur, to_be32(want), sys)) return;
+    }
+}
+
 /// Rings a ConnectX doorbell: the first 8 bytes of the last WQE's ctrl segment into the
 /// UAR's BlueFlame register. The system-scope fence orders the doorbell record before
 /// the MMIO write, as rdma-core's mmio_wc_start/udma_to_device_barrier do.
