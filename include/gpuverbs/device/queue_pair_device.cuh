@@ -111,21 +111,22 @@ GV_HOST_DEVICE uint8_t* sq_seg(const QpHandle& qp, unsigned long long pos_bb, ui
     return qp.sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
 }
 
-/// Reserves `bbs` WQEBBs; waits (up to timeout_ns) while the ring lacks room. Completions
-/// must be polled (by anyone) for slots to be freed. On Timeout nothing is reserved.
-GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long long* pos,
-                                 uint64_t timeout_ns) {
-    const unsigned long long ring = 1ull << qp.sq_log_bb;
-    if (bbs > ring) return Status::InvalidArgument;
+/// Reserves n entries of a ring whose positions are handed out by *reserved and freed by
+/// *retired (advanced by completion polling); waits up to timeout_ns while it lacks room.
+/// On Timeout nothing is reserved.
+GV_HOST_DEVICE Status ring_reserve(unsigned long long* reserved, const unsigned long long* retired, uint32_t n,
+                                   unsigned long long ring, bool sys, uint64_t timeout_ns,
+                                   unsigned long long* pos) {
+    if (n > ring) return Status::InvalidArgument;
     uint64_t start = 0;
     uint32_t spins = 0;
     for (;;) {
-        unsigned long long r = atom::load_relaxed(&qp.ctr->sq_reserved, qp.sys != 0);
-        unsigned long long retired = atom::load_acquire(&qp.ctr->sq_retired, qp.sys != 0);
-        if (r + bbs - retired <= ring) {
-            // Relaxed: the acquire load of sq_retired above already orders the slot's
-            // retirement before our WQE stores; the counter itself guards no data.
-            if (atom::cas_relaxed(&qp.ctr->sq_reserved, r, r + bbs, qp.sys != 0)) {
+        unsigned long long r = atom::load_relaxed(reserved, sys);
+        unsigned long long done = atom::load_acquire(retired, sys);
+        if (r + n - done <= ring) {
+            // Relaxed: the acquire load of *retired above already orders the slots'
+            // retirement before our stores into them; the counter itself guards no data.
+            if (atom::cas_relaxed(reserved, r, r + n, sys)) {
                 *pos = r;
                 return Status::Ok;
             }
@@ -140,15 +141,34 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
     }
 }
 
-/// Publishes WQEBBs [pos, pos+bbs) once all earlier reservations are published, so the
-/// published prefix never contains a hole. Earlier reservers are running threads that
-/// only write their WQE before publishing, so this wait always ends.
-GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs) {
+/// Waits until every earlier reservation of a ring is published (*ready == pos), then
+/// publishes [pos, end) with a release store: the caller's entries (and *last_slot = last,
+/// written once it is our turn, so it never moves backwards) are visible to whoever
+/// acquires *ready. Earlier reservers are running threads that only write their entries
+/// before publishing, so the wait always ends.
+GV_HOST_DEVICE void publish_in_order(unsigned long long* ready, unsigned long long pos, unsigned long long end,
+                                     bool sys, unsigned long long* last_slot = nullptr,
+                                     unsigned long long last = 0) {
     uint32_t spins = 0;
-    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != pos) spin_pause(spins);
-    atom::store_relaxed(&qp.ctr->sq_last, pos, qp.sys != 0);
-    // Release: our WQE bytes (and sq_last) are visible to whoever acquires sq_ready.
-    atom::store_release(&qp.ctr->sq_ready, pos + bbs, qp.sys != 0);
+    while (atom::load_acquire(ready, sys) != pos) spin_pause(spins);
+    if (last_slot) atom::store_relaxed(last_slot, last, sys);
+    atom::store_release(ready, end, sys);
+}
+
+/// Reserves `bbs` WQEBBs; waits (up to timeout_ns) while the ring lacks room. Completions
+/// must be polled (by anyone) for slots to be freed. On Timeout nothing is reserved.
+GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long long* pos,
+                                 uint64_t timeout_ns) {
+    return ring_reserve(&qp.ctr->sq_reserved, &qp.ctr->sq_retired, bbs, 1ull << qp.sq_log_bb, qp.sys != 0,
+                        timeout_ns, pos);
+}
+
+/// Publishes WQEBBs [pos, pos+bbs) in reservation order; `last` is the position of the
+/// last WQE among them (what an mlx5 doorbell carries).
+GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs,
+                               unsigned long long last = ~0ull) {
+    publish_in_order(&qp.ctr->sq_ready, pos, pos + bbs, qp.sys != 0, &qp.ctr->sq_last,
+                     last == ~0ull ? pos : last);
 }
 
 /// A send-queue reservation made by one thread, jointly by the converged lanes of a warp
@@ -261,10 +281,7 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
 /// WQEBBs become the published prefix (release: the members' WQE stores, ordered before by
 /// the group barrier, are visible to whoever acquires sq_ready).
 GV_HOST_DEVICE void sq_publish_range(const QpHandle& qp, const Reservation& res) {
-    if (!res.total || res.status != Status::Ok) return;
-    while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != res.base) atom::relax();
-    atom::store_relaxed(&qp.ctr->sq_last, res.last, qp.sys != 0);
-    atom::store_release(&qp.ctr->sq_ready, res.base + res.total, qp.sys != 0);
+    if (res.total && res.status == Status::Ok) sq_publish(qp, res.base, res.total, res.last);
 }
 
 /// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
@@ -658,13 +675,9 @@ GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
             // nothing (the release store of sq_ready below publishes the WQEs).
             atom::store_relaxed(&qp.ctr->sq_reserved, p.pos + n, qp.sys != 0);
             // Strong-form WQEs reserved before the caller took the queue are published
-            // first, so the published prefix has no hole (as in sq_publish).
-            uint32_t spins = 0;
-            while (atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0) != p.pos) spin_pause(spins);
-            atom::store_relaxed(&qp.ctr->sq_last, p.pos + n - 1, qp.sys != 0);
-            // Release: the WQE bytes (and sq_last) are visible to whoever acquires
-            // sq_ready, as commit's doorbell-record update below does.
-            atom::store_release(&qp.ctr->sq_ready, p.pos + n, qp.sys != 0);
+            // first, so the published prefix has no hole; the release makes the WQE bytes
+            // visible to whoever acquires sq_ready, as commit's doorbell-record update does.
+            sq_publish(qp, p.pos, n, p.pos + n - 1);
         }
     }
 #if GV_DEVICE_CODE
@@ -691,25 +704,8 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
     if (n > qp.max_recv_sge) return Status::InvalidArgument;
     const unsigned long long ring = 1ull << qp.rq_log_cnt;
     unsigned long long pos;
-    uint64_t start = 0;
-    uint32_t spins = 0;
-    for (;;) {
-        unsigned long long r = atom::load_relaxed(&qp.ctr->rq_reserved, qp.sys != 0);
-        unsigned long long retired = atom::load_acquire(&qp.ctr->rq_retired, qp.sys != 0);
-        if (r + 1 - retired <= ring) {
-            if (atom::cas(&qp.ctr->rq_reserved, r, r + 1, qp.sys != 0)) {
-                pos = r;
-                break;
-            }
-            continue;
-        }
-        if (timeout_ns != kWaitForever) {
-            uint64_t now = atom::now_ns();
-            if (!start) start = now;
-            else if (now - start > timeout_ns) return Status::Timeout;
-        }
-        spin_pause(spins);
-    }
+    Status st = ring_reserve(&qp.ctr->rq_reserved, &qp.ctr->rq_retired, 1, ring, qp.sys != 0, timeout_ns, &pos);
+    if (st != Status::Ok) return st;
     auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.rq + ((pos & (ring - 1)) << qp.rq_log_stride));
     const uint32_t cap = (1u << qp.rq_log_stride) / 16;
     uint32_t k = 0;
@@ -718,9 +714,7 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
         mlx5::set_data_seg(&ds[k++], sg[i].length, sg[i].lkey, sg[i].addr);
     }
     if (k < cap) mlx5::set_data_seg(&ds[k], 0, MLX5_INVALID_LKEY, 0);  // end of list
-    spins = 0;
-    while (atom::load_acquire(&qp.ctr->rq_ready, qp.sys != 0) != pos) spin_pause(spins);
-    atom::store_release(&qp.ctr->rq_ready, pos + 1, qp.sys != 0);
+    publish_in_order(&qp.ctr->rq_ready, pos, pos + 1, qp.sys != 0);
     // Monotonic receive doorbell record, as for the send queue.
     mlx5::advance_dbrec(&qp.dbrec[MLX5_RCV_DBR], uint32_t(pos + 1), 16, qp.sys != 0);
     if (qp.backend != BackendKind::Soft) return Status::Ok;

@@ -159,19 +159,6 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
     return e;
 }
 
-/// Executor pointer for [addr, addr+len) of key in pd with the access bits needed, or 0.
-/// `sys` receives whether the bytes are host memory.
-GV_HOST_DEVICE uint64_t mr_resolve(const MrTable& t, uint32_t key, uint32_t pd, uint64_t addr,
-                                   uint64_t len, uint32_t need, uint32_t* sys) {
-    const MrEntry* e = mr_lookup(t, key);
-    if (!e || e->pd != pd || (e->access & need) != need) return 0;
-    // Overflow-safe bounds: addr >= start, len <= length, addr - start <= length - len.
-    if (addr < e->addr || len > e->length || addr - e->addr > e->length - len) return 0;
-    if (sys) *sys |= e->sys;
-    uint64_t p = uint64_t(int64_t(addr) + e->xlate);
-    return p ? p : 1;  // never report a valid zero-length range at address 0 as failure
-}
-
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
 /// keys, and each lookup is a dependent chain of memory loads.
 struct MrCache {
