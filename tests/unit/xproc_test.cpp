@@ -282,6 +282,49 @@ TEST(CrossProcess, PeerKilledMidStreamFlushesTheSurvivor) {
     EXPECT_LT(ms_since(t0), 3000);
 }
 
+// A SEND from another process into a receive posted over private memory: the responder
+// (parent) completes it with LOCAL_PROT_ERR, the requester with REMOTE_OP_ERR, and the
+// private bytes are untouched.
+TEST(CrossProcess, SendIntoPrivateReceiveIsRefused) {
+    Listener lis = Channel::listen(0);
+    const uint16_t port = lis.port();
+    pid_t child = spawn([port] {
+        Channel ch = Channel::connect("127.0.0.1", port, kMs);
+        Side s;
+        std::vector<uint8_t> msg(64, 0x11);
+        MemoryRegion mm(s.pd, msg.data(), msg.size(), kLocalWrite);
+        Exchanged got = ch.exchange(Backend::Soft, {s.qp.endpoint()}, {}, kMs);
+        s.qp.connect(got.qps.at(0));
+        barrier(ch, 1);
+        auto h = s.h();
+        Completion c[1];
+        XCHECK(dev::send(h, msg.data(), 64, mm.lkey()) == Status::Ok, "post send");
+        XCHECK(dev::commit(h) == Status::QpError, "commit");
+        XCHECK(dev::wait_send(h, 1, c, 5 * kNs) == Status::CompletionError, "send must fail");
+        XCHECK(c[0].status == MLX5_CQE_SYNDROME_REMOTE_OP_ERR,
+               std::string("syndrome ") + mlx5::syndrome_name(c[0].status));
+        barrier(ch, 2);
+        return 0;
+    });
+    ASSERT_GT(child, 0);
+    {
+        Channel ch = lis.accept(kMs);
+        Side s;
+        std::vector<uint8_t> priv(4096, 0xCD);
+        MemoryRegion mp(s.pd, priv.data(), priv.size(), kLocalWrite);
+        ASSERT_EQ(dev::recv(s.h(), priv.data(), 4096, mp.lkey()), Status::Ok);
+        Exchanged got = ch.exchange(Backend::Soft, {s.qp.endpoint()}, {}, kMs);
+        s.qp.connect(got.qps.at(0));
+        barrier(ch, 1);
+        std::vector<Completion> rc = s.rcq.wait(1, 5000, true);
+        EXPECT_EQ(rc.at(0).status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR) << mlx5::syndrome_name(rc.at(0).status);
+        barrier(ch, 2);
+        EXPECT_EQ(gvtest::first_not(priv.data(), priv.size(), 0xCD), -1) << "private memory was written";
+        EXPECT_EQ(s.qp.state(), QpState::Error);
+    }
+    expect_exit_ok(wait_child(child));
+}
+
 // Clear errors instead of crashes: a peer arena that cannot be opened (its process is gone),
 // one whose address range is taken here, a peer on a GPU device, and mismatched devices.
 TEST(CrossProcess, ConnectErrorsAreClear) {
