@@ -1067,3 +1067,23 @@ TEST(ControlPathHandle, ProtectionDomainsAreDistinct) {
     ProtectionDomain c(std::move(a));
     EXPECT_EQ(c.context().name(), "soft-cpu");
 }
+
+// A default-constructed (never filled) handle is refused by every device call, not
+// dereferenced: kernels cannot throw, so this is their "clear error".
+TEST(ControlPathDeviceHandle, DefaultConstructedHandlesAreRefused) {
+    gv::dev::QpHandle qp{};
+    gv::dev::CqHandle cq{};
+    uint64_t word = 0;
+    EXPECT_EQ(gv::dev::write(qp, &word, 8, 1, 0x1000, 1), gv::Status::InvalidArgument);
+    EXPECT_EQ(gv::dev::write_inline(qp, &word, 8, 0x1000, 1), gv::Status::InvalidArgument);
+    EXPECT_EQ(gv::dev::fetch_add(qp, &word, 1, 0x1000, 1, 1), gv::Status::InvalidArgument);
+    EXPECT_EQ(gv::dev::nop(qp), gv::Status::InvalidArgument);
+    EXPECT_EQ(gv::dev::recv(qp, &word, 8, 1), gv::Status::InvalidArgument);
+    EXPECT_EQ(gv::dev::commit(qp), gv::Status::InvalidArgument);
+    gv::Completion c[4];
+    EXPECT_EQ(gv::dev::poll_cq(cq, c, 4), 0u);
+    uint32_t polled = 99;
+    EXPECT_EQ(gv::dev::wait_cq(qp, cq, 1, c, 1'000'000, &polled), gv::Status::InvalidArgument);
+    EXPECT_EQ(polled, 0u);
+    EXPECT_EQ(gv::dev::wait_send(qp, 1, c, 1'000'000), gv::Status::InvalidArgument);
+}

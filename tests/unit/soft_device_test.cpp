@@ -266,7 +266,10 @@ void many_threads_one_qp() {
     for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&, t] {
             std::string& why = failures[t];
-            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            // Generous: with more posting threads than cores (CI runs tests side by side on 2
+            // cores), every in-order publication can wait for a preempted thread's time
+            // slice; slow is not wrong, only no progress at all is.
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
             for (int i = 0; i < kOps && why.empty(); ++i) {
                 int g = t * kOps + i;
                 uint64_t r = mix(uint64_t(g) + 12345);
@@ -685,7 +688,10 @@ void data_then_flag(bool split) {
             }
             wait_ok(a, 1);
             if (testing::Test::HasFatalFailure()) return;
-            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            // Generous: with more posting threads than cores (CI runs tests side by side on 2
+            // cores), every in-order publication can wait for a preempted thread's time
+            // slice; slow is not wrong, only no progress at all is.
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
             while (checked.load() < i) {
                 ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "reader stuck at " << i;
                 std::this_thread::yield();

@@ -90,6 +90,7 @@ GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
 /// any number of threads (and CPU threads) may poll one CQ at once, each completion
 /// going to exactly one of them.
 GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
+    if (cq.cqes == nullptr || cq.ci == nullptr) return 0;  // default-constructed handle
     const bool sys = cq.sys != 0;
     const uint32_t mask = (1u << cq.log_cnt) - 1;
     uint32_t n = 0;

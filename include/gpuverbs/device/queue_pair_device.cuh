@@ -174,6 +174,11 @@ struct Reservation {
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
                                        uint64_t timeout_ns) {
+    if (qp.ctr == nullptr) {  // a default-constructed handle: uniform across any group
+        *res = Reservation{};
+        res->status = Status::InvalidArgument;
+        return res->status;
+    }
 #if GV_DEVICE_CODE
     namespace cg = cooperative_groups;
     if constexpr (S == Scope::Block) {
@@ -566,6 +571,7 @@ GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready
 /// Returns QpNotReady before RTS and QpError in ERROR (work then completes flushed).
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status commit(const QpHandle& qp) {
+    if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
 #if GV_DEVICE_CODE
     // Every WQE the group published before the call is included.
     bool lead = true;
@@ -681,6 +687,7 @@ GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
 /// record (mlx5 has no receive doorbell beyond it). Thread scope, strong.
 GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
                                 uint64_t timeout_ns = kWaitForever) {
+    if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
     if (n > qp.max_recv_sge) return Status::InvalidArgument;
     const unsigned long long ring = 1ull << qp.rq_log_cnt;
     unsigned long long pos;
@@ -742,7 +749,7 @@ GV_HOST_DEVICE Status recv(const QpHandle& qp, void* laddr, uint32_t len, uint32
 /// Drives the software device for a waiter: retries a send waiting for a receive (RNR),
 /// flushes a QP in ERROR. Cheap when there is nothing to do.
 GV_HOST_DEVICE void drive(const QpHandle& qp) {
-    if (qp.backend != BackendKind::Soft) return;
+    if (qp.backend != BackendKind::Soft || qp.soft == nullptr) return;
 #if !GV_DEVICE_CODE
     if (!qp.soft_on_host) return;
 #endif
@@ -757,6 +764,10 @@ GV_HOST_DEVICE void drive(const QpHandle& qp) {
 /// at least one failed: inspect out), CqOverrun, or Timeout; *polled gets the count.
 GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n, Completion* out,
                               uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
+    if (cq.cqes == nullptr || cq.ci == nullptr) {  // default-constructed handle
+        if (polled) *polled = 0;
+        return Status::InvalidArgument;
+    }
     uint32_t got = 0;
     bool failed = false;
     uint64_t start = 0;
