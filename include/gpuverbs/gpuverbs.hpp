@@ -7,3 +7,4 @@
 #include "gpuverbs/memory_region.hpp"
 #include "gpuverbs/protection_domain.hpp"
 #include "gpuverbs/queue_pair.hpp"
+#include "gpuverbs/shared_buffer.hpp"

@@ -26,6 +26,22 @@ struct QpOptions {
     MemoryKind memory = MemoryKind::Default;
 };
 
+/// Where a software-device QP lives, for a peer in another process on the same host
+/// (docs/cross-process-plan.md). pid 0: not a software device. arena_* and qp_state are 0
+/// for a GPU software device (only CPU devices, ContextOptions::gpu = -1, connect across
+/// processes so far).
+struct SoftLocator {
+    uint32_t pid = 0;        ///< owning process
+    uint32_t arena_fd = 0;   ///< its descriptor of the shared arena (/proc/<pid>/fd/<fd>)
+    uint64_t arena_base = 0; ///< the arena's address, the same in every process mapping it
+    uint64_t arena_size = 0;
+    uint64_t qp_state = 0;   ///< the QP's soft::QpState inside the arena
+    bool operator==(const SoftLocator& o) const {
+        return pid == o.pid && arena_fd == o.arena_fd && arena_base == o.arena_base &&
+               arena_size == o.arena_size && qp_state == o.qp_state;
+    }
+};
+
 /// What a peer needs to connect to a QP (exchanged out of band).
 struct QpEndpoint {
     Backend backend = Backend::Soft;
@@ -35,6 +51,7 @@ struct QpEndpoint {
     std::array<uint8_t, 16> gid{};
     uint32_t mtu = 4096;
     std::string device;  ///< device name, to tell peers on other devices apart
+    SoftLocator soft;    ///< software device: the QP's process and place (see SoftLocator)
 };
 
 struct InitAttr {
@@ -50,6 +67,10 @@ struct RtrAttr {
     uint32_t min_rnr_timer = 12;  ///< 0..31, IB encoding (12 = 0.64 ms)
     uint16_t dlid = 0;
     std::array<uint8_t, 16> dgid{};
+    /// Software device: the peer's locator (QpEndpoint::soft). A pid other than this
+    /// process's imports the peer's arena and connects to the QpState it names; pid 0 or
+    /// this process: the peer is found by remote_qpn on this process's device.
+    SoftLocator remote_soft{};
 };
 
 struct RtsAttr {
@@ -78,6 +99,10 @@ public:
     void to_rtr(const RtrAttr& attr);
     void to_rts(const RtsAttr& attr = {});
     /// Moves to ERROR: outstanding work completes with WR_FLUSH_ERR.
+    /// Peer in another process: nothing tells the software device that the peer died (its
+    /// queues stay mapped here and simply stop moving). When the application learns it, e.g.
+    /// the oob::Channel to the peer closes or a bounded wait times out, it calls to_error()
+    /// on every QP connected to that peer: posted receives and sends then flush.
     void to_error();
     /// Back to RESET: queues emptied, counters cleared, and this QP's unpolled completions
     /// removed from its CQs (as libmlx5 does); nobody may poll those CQs meanwhile.

@@ -53,6 +53,12 @@ public:
     virtual MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) = 0;
     virtual void mr_deregister(uint32_t key) = 0;
     virtual std::unique_ptr<CqBackend> cq_create(const CqOptions& options) = 0;
+    /// Host memory peers in other processes can reach (gv::SharedBuffer).
+    virtual void* shared_alloc(size_t bytes) {
+        (void)bytes;
+        throw NotSupported("SharedBuffer: backend " + name() + " has no memory shared across processes");
+    }
+    virtual void shared_free(void* p, size_t bytes) { (void)p, (void)bytes; }
     virtual std::unique_ptr<QpBackend> qp_create(uint32_t pd, const QpOptions& options,
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
 };

@@ -113,6 +113,32 @@ RemoteBuffer MemoryRegion::remote() const {
     return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.key, impl_->access};
 }
 
+// ---- SharedBuffer -----------------------------------------------------------------------
+struct SharedBuffer::Impl {
+    Context ctx;
+    void* p;
+    size_t bytes;
+};
+
+SharedBuffer::SharedBuffer(const Context& ctx, size_t bytes) {
+    GV_REQUIRE(bytes > 0, "SharedBuffer of 0 bytes: expected at least 1");
+    void* p = ctx.impl()->ops->shared_alloc(bytes);
+    impl_ = std::make_unique<Impl>(Impl{ctx, p, bytes});
+}
+SharedBuffer::~SharedBuffer() {
+    if (impl_) impl_->ctx.impl()->ops->shared_free(impl_->p, impl_->bytes);
+}
+SharedBuffer::SharedBuffer(SharedBuffer&&) noexcept = default;
+SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
+    if (this != &o) {
+        if (impl_) impl_->ctx.impl()->ops->shared_free(impl_->p, impl_->bytes);
+        impl_ = std::move(o.impl_);
+    }
+    return *this;
+}
+void* SharedBuffer::data() const { return impl_ ? impl_->p : nullptr; }
+size_t SharedBuffer::size() const { return impl_ ? impl_->bytes : 0; }
+
 // ---- CompletionQueue --------------------------------------------------------------------
 struct CompletionQueue::Impl {
     Context ctx;
@@ -246,6 +272,7 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     rtr.path_mtu = std::min(rtr.path_mtu, peer.mtu);
     rtr.dlid = peer.lid;
     rtr.dgid = peer.gid;
+    rtr.remote_soft = peer.soft;
     to_rtr(rtr);
     to_rts(rts);
 }

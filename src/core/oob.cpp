@@ -56,7 +56,7 @@ struct Kind {
     RecordType type;
     size_t min_payload, max_payload;
 };
-constexpr size_t kQpFixedPayload = 32;
+constexpr size_t kQpFixedPayload = 64;
 constexpr Kind kQpKind{kQpRecordMagic, RecordType::Qp, kQpFixedPayload, kQpFixedPayload + kMaxDeviceName};
 constexpr Kind kMemoryKind{kMemoryRecordMagic, RecordType::Memory, 24, 24};
 constexpr Kind kHelloKind{kHelloMagic, RecordType::Hello, 12, 12};
@@ -159,6 +159,9 @@ const uint8_t* unframe(const Kind& k, const uint8_t* d, size_t n, size_t* payloa
     return d + kRecordHeaderBytes;
 }
 
+constexpr uint32_t kMaxPid = 4194304;          // PID_MAX_LIMIT on 64-bit Linux
+constexpr uint64_t kMaxUserAddress = 1ull << 57;  // 5-level paging's user space
+
 // Field rules shared by serialize() (local bug: InvalidUsage) and parse() (peer: RemoteError).
 std::string check_qp(const QpEndpoint& e) {
     if (backend_code(e.backend) == 0)
@@ -176,6 +179,26 @@ std::string check_qp(const QpEndpoint& e) {
         if (c < 0x20 || c > 0x7e)
             return "device name has a non-printable byte " + hex(c) + " at offset " + std::to_string(i);
     }
+    const SoftLocator& l = e.soft;
+    const bool any = l.pid || l.arena_fd || l.arena_base || l.arena_size || l.qp_state;
+    if (any && e.backend != Backend::Soft)
+        return std::string("a ") + backend_name(e.backend) + " endpoint carries a software-device locator";
+    if (any && l.pid == 0) return "software-device locator without a pid";
+    if (l.pid > kMaxPid) return "pid " + std::to_string(l.pid) + " out of range (at most 4194304)";
+    if (l.arena_size == 0) {
+        if (l.arena_fd || l.arena_base || l.qp_state)
+            return "software-device locator without an arena names an arena descriptor or address";
+        return {};
+    }
+    if (l.arena_fd > 0x7fffffffu) return "arena descriptor " + std::to_string(l.arena_fd) + " out of range";
+    if (l.arena_base == 0 || (l.arena_base & 4095) || (l.arena_size & 4095))
+        return "arena at " + hex(l.arena_base) + " of " + std::to_string(l.arena_size) +
+               " bytes is not page-aligned";
+    if (l.arena_base >= kMaxUserAddress || l.arena_size > kMaxUserAddress - l.arena_base)
+        return "arena at " + hex(l.arena_base) + " of " + std::to_string(l.arena_size) +
+               " bytes is not a user address range";
+    if (l.qp_state < l.arena_base || l.qp_state - l.arena_base >= l.arena_size || (l.qp_state & 7))
+        return "QP state address " + hex(l.qp_state) + " is not an aligned address inside the arena";
     return {};
 }
 
@@ -215,6 +238,11 @@ std::vector<uint8_t> QpRecord::serialize() const {
     w.u32(endpoint.psn);
     w.u32(endpoint.mtu);
     w.bytes(endpoint.gid.data(), endpoint.gid.size());
+    w.u32(endpoint.soft.pid);
+    w.u32(endpoint.soft.arena_fd);
+    w.u64(endpoint.soft.arena_base);
+    w.u64(endpoint.soft.arena_size);
+    w.u64(endpoint.soft.qp_state);
     w.bytes(endpoint.device.data(), endpoint.device.size());
     return frame(kQpKind, w.b);
 }
@@ -238,6 +266,11 @@ QpRecord QpRecord::parse(const uint8_t* data, size_t size) {
     e.psn = get32(p + 8);
     e.mtu = get32(p + 12);
     std::memcpy(e.gid.data(), p + 16, 16);
+    e.soft.pid = get32(p + 32);
+    e.soft.arena_fd = get32(p + 36);
+    e.soft.arena_base = get64(p + 40);
+    e.soft.arena_size = get64(p + 48);
+    e.soft.qp_state = get64(p + 56);
     e.device.assign(reinterpret_cast<const char*>(p + kQpFixedPayload), name_len);
     std::string err = check_qp(e);
     if (!err.empty()) bad(kQpKind, err);

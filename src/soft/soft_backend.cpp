@@ -8,7 +8,10 @@
 #include <random>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/backend.hpp"
+#include "soft/arena.hpp"
 #include "core/cuda_rt.hpp"
 #include "gpuverbs/soft/exec.cuh"
 
@@ -35,6 +38,7 @@ struct Mem {
     size_t bytes = 0;
     bool device = false;
     bool pinned = false;
+    bool arena = false;  ///< from the CPU device's shared arena
     template <typename T = uint8_t>
     T* at(size_t off) const {
         return reinterpret_cast<T*>(static_cast<uint8_t*>(exec) + off);
@@ -43,8 +47,11 @@ struct Mem {
 
 class SoftDevice {
 public:
-    explicit SoftDevice(int gpu) : gpu_(gpu) {
+    explicit SoftDevice(int gpu) : gpu_(gpu), pid_(uint32_t(getpid())) {
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
+        // A CPU device keeps all its state in one shared arena, so that peer processes can
+        // map it at the same address and follow its pointers (docs/cross-process-plan.md).
+        if (gpu < 0) arena_ = std::make_unique<Arena>();
         mr_mem_ = alloc(sizeof(soft::MrEntry) * kMrCap, on_gpu());
         mr_shadow_.resize(kMrCap);
         mr_tag_.assign(kMrCap, 0);
@@ -59,7 +66,9 @@ public:
         static std::map<int, std::weak_ptr<SoftDevice>> all;
         std::lock_guard<std::mutex> lock(mu);
         auto sp = all[gpu].lock();
-        if (!sp) {
+        // A child of fork() gets a device of its own: the inherited one's arena is the
+        // parent's (shared) memory.
+        if (!sp || sp->pid() != uint32_t(getpid())) {
             sp = std::make_shared<SoftDevice>(gpu);
             all[gpu] = sp;
         }
@@ -67,6 +76,30 @@ public:
     }
 
     bool on_gpu() const { return gpu_ >= 0; }
+    uint32_t pid() const { return pid_; }
+    /// True when [p, p+n) lies in this device's shared arena.
+    bool in_arena(const void* p, size_t n) const { return arena_ && arena_->contains(p, n); }
+    void* shared_alloc(size_t bytes) {
+        if (!arena_)
+            throw NotSupported("SharedBuffer on " + name_ + ": memory shared across processes exists for "
+                               "CPU software devices only (ContextOptions{Backend::Soft, -1})");
+        return arena_->alloc(bytes);
+    }
+    void shared_free(void* p, size_t bytes) {
+        if (arena_) arena_->free(p, bytes);
+    }
+    /// Where a QP of this device lives, for peers in other processes.
+    SoftLocator locator(const soft::QpState* qp) const {
+        SoftLocator l;
+        l.pid = pid_;
+        if (arena_) {
+            l.arena_fd = uint32_t(arena_->fd());
+            l.arena_base = arena_->base();
+            l.arena_size = arena_->size();
+            l.qp_state = reinterpret_cast<uint64_t>(qp);
+        }
+        return l;
+    }
     int gpu() const { return gpu_; }
     const std::string& name() const { return name_; }
 
@@ -91,10 +124,8 @@ public:
             }
             m.exec = d;
         } else {
-            size_t rounded = (bytes + 4095) & ~size_t(4095);
-            m.host = std::aligned_alloc(4096, rounded);
-            if (!m.host) throw SystemError("aligned_alloc of " + std::to_string(bytes) + " bytes", ENOMEM);
-            std::memset(m.host, 0, rounded);
+            m.host = arena_->alloc(bytes);  // zeroed
+            m.arena = true;
             m.exec = m.host;
         }
         return m;
@@ -102,6 +133,7 @@ public:
     void release(Mem& m) {
         if (m.device) cuda::dev_free(m.exec);
         else if (m.pinned) cuda::host_free(m.host);
+        else if (m.arena) arena_->free(m.host, m.bytes);
         else std::free(m.host);
         m = Mem{};
     }
@@ -124,7 +156,7 @@ public:
         write(m, off, &v, sizeof v);
     }
 
-    soft::MrTable mr_table() const { return {mr_mem_.at<soft::MrEntry>(0), kMrCap, 0}; }
+    soft::MrTable mr_table() const { return {mr_mem_.at<soft::MrEntry>(0), kMrCap, on_gpu() ? 0u : pid_}; }
 
     uint32_t mr_add(const soft::MrEntry& proto) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -207,8 +239,10 @@ public:
 
 private:
     int gpu_;
+    uint32_t pid_;
     std::string name_;
     std::mutex mu_;
+    std::unique_ptr<Arena> arena_;  // CPU devices; declared before every Mem it backs
     Mem mr_mem_;
     std::vector<soft::MrEntry> mr_shadow_;
     std::vector<uint8_t> mr_tag_;
@@ -451,14 +485,20 @@ public:
                                               " out of range: expected 0 .. 31");
         GV_REQUIRE(a.max_dest_rd_atomic <= 16, "max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) +
                                                    " out of range: expected 0 .. 16");
-        soft::QpState* peer = dev_->qp_find(a.remote_qpn);
-        GV_REQUIRE(peer != nullptr, "remote QP " + hex(a.remote_qpn) + " does not exist on software device " +
-                                        dev_->name() + " (peers must be on the same device: same process "
-                                        "and the same ContextOptions::gpu)");
-        set(offsetof(soft::QpState, remote), peer);
+        const SoftLocator& loc = a.remote_soft;
+        if (loc.pid != 0 && loc.pid != dev_->pid()) {
+            connect_foreign(a.remote_qpn, loc);
+        } else {
+            soft::QpState* peer = dev_->qp_find(a.remote_qpn);
+            GV_REQUIRE(peer != nullptr, "remote QP " + hex(a.remote_qpn) + " does not exist on software device " +
+                                            dev_->name() + " (peers must be on the same device: same process "
+                                            "and the same ContextOptions::gpu)");
+            set(offsetof(soft::QpState, remote), peer);
+            set(offsetof(soft::QpState, remote_mrs), dev_->mr_table());
+            dev_->qp_link(qpn_, a.remote_qpn);
+        }
         set(offsetof(soft::QpState, remote_qpn), a.remote_qpn);
         set(offsetof(soft::QpState, min_rnr_timer), a.min_rnr_timer);
-        dev_->qp_link(qpn_, a.remote_qpn);
         set(offsetof(soft::QpState, state), uint32_t(soft::kRtr));
     }
 
@@ -494,6 +534,7 @@ public:
         set(offsetof(soft::QpState, rnr_waiting), 0u);
         set(offsetof(soft::QpState, rnr_count), 0u);
         set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
+        set(offsetof(soft::QpState, remote_mrs), dev_->mr_table());
         dev_->qp_link(qpn_, 0);
     }
 
@@ -504,10 +545,44 @@ public:
         e.psn = 0;
         e.mtu = 4096;
         e.device = dev_->name();
+        e.soft = dev_->locator(s_.at<soft::QpState>(0));
         return e;
     }
 
 private:
+    /// RTR against a QP of another process: map its arena here at the same address (once
+    /// per arena), then point at its QpState and MR table as for a local peer.
+    void connect_foreign(uint32_t remote_qpn, const SoftLocator& loc) {
+        const std::string who = "remote QP " + hex(remote_qpn) + " of process " + std::to_string(loc.pid);
+        if (dev_->on_gpu())
+            throw NotSupported("cannot connect " + dev_->name() + " to " + who +
+                               ": across processes only CPU software devices connect so far "
+                               "(ContextOptions{Backend::Soft, -1} on both sides)");
+        if (loc.arena_size == 0)
+            throw NotSupported("cannot connect to " + who + ": it is on a GPU software device; across "
+                               "processes only CPU software devices connect so far");
+        GV_REQUIRE(loc.qp_state >= loc.arena_base && loc.arena_size >= sizeof(soft::QpState) &&
+                       loc.qp_state - loc.arena_base <= loc.arena_size - sizeof(soft::QpState) &&
+                       loc.qp_state % alignof(soft::QpState) == 0,
+                   who + ": QP state address " + hex(loc.qp_state) + " lies outside its arena");
+        import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        auto* peer = reinterpret_cast<soft::QpState*>(loc.qp_state);
+        // The peer wrote its QpState before it sent the endpoint; the socket round trip that
+        // brought the endpoint here orders those stores before these loads.
+        const uint32_t qpn = atom::load_acquire(&peer->qpn);
+        GV_REQUIRE(qpn == remote_qpn, who + ": its arena holds QP " + hex(qpn) + " at " + hex(loc.qp_state) +
+                                          " (the QP was destroyed, or the endpoint is stale)");
+        soft::MrTable mrs = peer->local_mrs;
+        const uint64_t tab = reinterpret_cast<uint64_t>(mrs.entries);
+        GV_REQUIRE(mrs.owner == loc.pid && tab >= loc.arena_base && mrs.capacity > 0 &&
+                       uint64_t(mrs.capacity) * sizeof(soft::MrEntry) <= loc.arena_size &&
+                       tab - loc.arena_base <= loc.arena_size - uint64_t(mrs.capacity) * sizeof(soft::MrEntry),
+                   who + ": its memory-region table is not in its arena");
+        set(offsetof(soft::QpState, remote_mrs), mrs);
+        set(offsetof(soft::QpState, remote), peer);
+        dev_->qp_link(qpn_, 0);  // remote_qpn names a QP of the other process, not of this device
+    }
+
     void build(uint32_t pd, const QpOptions& o) {
         q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
         s_ = dev_->alloc(sizeof(soft::QpState), dev_->on_gpu());
@@ -640,6 +715,7 @@ public:
         } else {
             e.xlate = 0;
             e.sys = 1;
+            e.shared = dev_->in_arena(addr, length) ? 1 : 0;
         }
         info.key = dev_->mr_add(e);
         if (pinned_here) {
@@ -657,6 +733,8 @@ public:
             pinned_.erase(it);
         }
     }
+    void* shared_alloc(size_t bytes) override { return dev_->shared_alloc(bytes); }
+    void shared_free(void* p, size_t bytes) override { dev_->shared_free(p, bytes); }
     std::unique_ptr<CqBackend> cq_create(const CqOptions& o) override {
         return std::make_unique<SoftCq>(dev_, o);
     }

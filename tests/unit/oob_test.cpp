@@ -46,6 +46,16 @@ QpEndpoint random_endpoint(std::mt19937_64& r) {
     e.mtu = mtus[r() % 5];
     size_t n = r() % (kMaxDeviceName + 1);
     for (size_t i = 0; i < n; ++i) e.device.push_back(char(0x20 + r() % 95));
+    if (e.backend == Backend::Soft && r() % 3) {  // a software-device locator, often with an arena
+        e.soft.pid = 1 + uint32_t(r() % 4194304);
+        if (r() % 4) {
+            e.soft.arena_fd = uint32_t(r() & 0x7fffffff);
+            e.soft.arena_base = (r() % (1ull << 44)) << 12;
+            if (!e.soft.arena_base) e.soft.arena_base = 4096;
+            e.soft.arena_size = (1 + r() % (1ull << 20)) << 12;
+            e.soft.qp_state = e.soft.arena_base + ((r() % e.soft.arena_size) & ~7ull);
+        }
+    }
     return e;
 }
 
@@ -64,6 +74,7 @@ std::vector<QpEndpoint> make_qps(uint64_t seed, size_t n, Backend backend) {
     for (size_t i = 0; i < n; ++i) {
         v.push_back(random_endpoint(r));
         v.back().backend = backend;
+        if (backend != Backend::Soft) v.back().soft = SoftLocator{};
     }
     return v;
 }
@@ -77,7 +88,7 @@ std::vector<RemoteBuffer> make_buffers(uint64_t seed, size_t n) {
 
 bool same(const QpEndpoint& a, const QpEndpoint& b) {
     return a.backend == b.backend && a.qpn == b.qpn && a.psn == b.psn && a.lid == b.lid && a.gid == b.gid &&
-           a.mtu == b.mtu && a.device == b.device;
+           a.mtu == b.mtu && a.device == b.device && a.soft == b.soft;
 }
 bool same(const RemoteBuffer& a, const RemoteBuffer& b) {
     return a.addr == b.addr && a.length == b.length && a.rkey == b.rkey && a.access == b.access;
@@ -113,6 +124,8 @@ struct QpFields {
     uint16_t lid = 0x1234;
     uint32_t qpn = 0xabcdef, psn = 0x123456, mtu = 1024;
     std::string name = "soft-cpu";
+    uint32_t pid = 0, arena_fd = 0;
+    uint64_t arena_base = 0, arena_size = 0, qp_state = 0;
 };
 std::vector<uint8_t> qp_payload(const QpFields& f) {
     std::vector<uint8_t> p;
@@ -123,10 +136,15 @@ std::vector<uint8_t> qp_payload(const QpFields& f) {
     put32(p, f.psn);
     put32(p, f.mtu);
     for (int i = 0; i < 16; ++i) p.push_back(uint8_t(i));
+    put32(p, f.pid);
+    put32(p, f.arena_fd);
+    put64(p, f.arena_base);
+    put64(p, f.arena_size);
+    put64(p, f.qp_state);
     p.insert(p.end(), f.name.begin(), f.name.end());
     return p;
 }
-std::vector<uint8_t> raw_qp(const QpFields& f) { return raw_record(kQpRecordMagic, 1, 1, qp_payload(f)); }
+std::vector<uint8_t> raw_qp(const QpFields& f) { return raw_record(kQpRecordMagic, kRecordVersion, 1, qp_payload(f)); }
 
 std::vector<uint8_t> raw_memory(uint64_t addr, uint64_t length, uint32_t rkey, uint32_t access) {
     std::vector<uint8_t> p;
@@ -134,11 +152,11 @@ std::vector<uint8_t> raw_memory(uint64_t addr, uint64_t length, uint32_t rkey, u
     put64(p, length);
     put32(p, rkey);
     put32(p, access);
-    return raw_record(kMemoryRecordMagic, 1, 2, p);
+    return raw_record(kMemoryRecordMagic, kRecordVersion, 2, p);
 }
 
 std::vector<uint8_t> raw_hello(uint32_t nqp, uint32_t nmem, uint8_t backend, uint8_t r1 = 0,
-                               uint16_t version = 1) {
+                               uint16_t version = kRecordVersion) {
     std::vector<uint8_t> p;
     put32(p, nqp);
     put32(p, nmem);
@@ -287,7 +305,14 @@ TEST(OobRecord, QpRecordBytesFollowTheDocumentedLayout) {
     e.device = "soft-cpu";
     std::vector<uint8_t> b = QpRecord(e).serialize();
     EXPECT_EQ(b, raw_qp(QpFields{}));
-    ASSERT_EQ(b.size(), 12u + 40u + 4u);
+    ASSERT_EQ(b.size(), 12u + 72u + 4u);
+    // With a locator: pid, fd, arena base and size, QP state at payload offsets 32..63.
+    e.soft = SoftLocator{4242, 17, 0x110000000000ull, 1ull << 30, 0x110000001040ull};
+    QpFields f;
+    f.pid = 4242, f.arena_fd = 17, f.arena_base = 0x110000000000ull, f.arena_size = 1ull << 30;
+    f.qp_state = 0x110000001040ull;
+    EXPECT_EQ(QpRecord(e).serialize(), raw_qp(f));
+    EXPECT_TRUE(QpRecord::parse(raw_qp(f)).endpoint.soft == e.soft);
     EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "GVQP");
 }
 
@@ -346,13 +371,15 @@ TEST(OobRecord, WrongMagic) {
 
 TEST(OobRecord, UnsupportedVersionAndWrongType) {
     std::vector<uint8_t> p = qp_payload(QpFields{});
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 2, 1, p)),
-               "record version 2, this build reads version 1");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 1, p)),
+               "record version 1, this build reads version 2");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 3, 1, p)),
+               "record version 3, this build reads version 2");
     EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 0, 1, p)),
-               "record version 0, this build reads version 1");
+               "record version 0, this build reads version 2");
     EXPECT_MSG(parse_error<HelloRecord>(raw_hello(1, 1, 1, 0, 7)),
-               "record version 7, this build reads version 1");
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 2, p)),
+               "record version 7, this build reads version 2");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 2, p)),
                "record type 2 disagrees with its magic (type 1)");
 }
 
@@ -372,7 +399,7 @@ TEST(OobRecord, TruncatedAtEveryLength) {
     }
     std::vector<uint8_t> b = raw_qp(QpFields{});
     b.pop_back();
-    EXPECT_MSG(parse_error<QpRecord>(b), "record truncated: 55 bytes, header says 56");
+    EXPECT_MSG(parse_error<QpRecord>(b), "record truncated: 87 bytes, header says 88");
     EXPECT_MSG(remote_error([] { QpRecord::parse(nullptr, 0); }),
                "record truncated: 0 bytes, shorter than the 12-byte header");
 }
@@ -380,21 +407,22 @@ TEST(OobRecord, TruncatedAtEveryLength) {
 TEST(OobRecord, OversizedAndTrailingBytes) {
     std::vector<uint8_t> b = raw_qp(QpFields{});
     b.push_back(0);
-    EXPECT_MSG(parse_error<QpRecord>(b), "record oversized: 57 bytes, header says 56 (1 trailing bytes)");
+    EXPECT_MSG(parse_error<QpRecord>(b), "record oversized: 89 bytes, header says 88 (1 trailing bytes)");
     std::vector<uint8_t> two = raw_memory(0x1000, 64, 1, kRemoteRead);
     std::vector<uint8_t> second = two;
     two.insert(two.end(), second.begin(), second.end());
     EXPECT_MSG(parse_error<MemoryRecord>(two), "record oversized: 80 bytes, header says 40");
     // Payload lengths outside what the type allows.
-    EXPECT_MSG(parse_error<MemoryRecord>(raw_record(kMemoryRecordMagic, 1, 2, std::vector<uint8_t>(25))),
+    EXPECT_MSG(parse_error<MemoryRecord>(raw_record(kMemoryRecordMagic, kRecordVersion, 2, std::vector<uint8_t>(25))),
                "payload length 25 out of range (24 bytes)");
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 1, std::vector<uint8_t>(97))),
-               "payload length 97 out of range (32..96 bytes)");
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 1, {}, true, -1)),
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, std::vector<uint8_t>(129))),
+               "payload length 129 out of range (64..128 bytes)");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, {}, true, -1)),
                "payload length 0 out of range");
     // A header claiming 4 GiB on a short buffer.
     EXPECT_MSG(
-        parse_error<HelloRecord>(raw_record(kHelloMagic, 1, 3, std::vector<uint8_t>(12), true, 0xFFFFFFFEll)),
+        parse_error<HelloRecord>(
+            raw_record(kHelloMagic, kRecordVersion, 3, std::vector<uint8_t>(12), true, 0xFFFFFFFEll)),
         "payload length 4294967294 out of range");
 }
 
@@ -406,7 +434,7 @@ TEST(OobRecord, BadChecksum) {
     c.back() ^= 1;
     EXPECT_MSG(parse_error<MemoryRecord>(c), "checksum mismatch");
     std::vector<uint8_t> p = qp_payload(QpFields{});
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 1, p, false)),
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, p, false)),
                "stored 0xdeadbeef, computed 0x");
 }
 
@@ -429,16 +457,41 @@ TEST(OobRecord, QpFieldsOutOfRange) {
                "non-printable byte 0x7f");
     EXPECT_MSG(with([](QpFields& f) { f.name[0] = '\0'; }), "non-printable byte 0x0 at offset 0");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 7; }),
-               "payload length 40 disagrees with the device name length 7 (expected 39)");
+               "payload length 72 disagrees with the device name length 7 (expected 71)");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 65, f.name = std::string(64, 'x'); }),
                "device name length 65 exceeds 64");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 65, f.name = std::string(65, 'x'); }),
-               "payload length 97 out of range");
+               "payload length 129 out of range");
+    // The software-device locator.
+    auto loc = [](QpFields& f) {
+        f.pid = 77, f.arena_fd = 5, f.arena_base = 0x110000000000ull, f.arena_size = 1ull << 30;
+        f.qp_state = 0x110000002000ull;
+    };
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 2; }), "a mlx5 endpoint carries a software-device locator");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 0; }), "software-device locator without a pid");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 4194305; }), "pid 4194305 out of range");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = 0; }),
+               "software-device locator without an arena names an arena descriptor or address");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_fd = 0x80000000u; }), "arena descriptor 2147483648 out of range");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_base += 8; }), "is not page-aligned");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = 4097; }), "is not page-aligned");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_base = 1ull << 57; }), "is not a user address range");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = ~0ull << 12; }), "is not a user address range");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state = f.arena_base + f.arena_size; }),
+               "QP state address 0x110040000000 is not an aligned address inside the arena");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state = f.arena_base - 8; }), "inside the arena");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state += 4; }), "inside the arena");
     // Every field at its limit is accepted.
     QpFields ok;
     ok.qpn = ok.psn = 0xFFFFFF;
     ok.name_len = 64, ok.name = std::string(64, ' ');
     EXPECT_NO_THROW(QpRecord::parse(raw_qp(ok)));
+    loc(ok);
+    ok.pid = 4194304, ok.qp_state = ok.arena_base + ok.arena_size - 8;
+    EXPECT_NO_THROW(QpRecord::parse(raw_qp(ok)));
+    QpFields gpu;  // a GPU software device: a pid, no arena
+    gpu.pid = 1;
+    EXPECT_NO_THROW(QpRecord::parse(raw_qp(gpu)));
 }
 
 TEST(OobRecord, MemoryAndHelloFieldsOutOfRange) {
@@ -468,6 +521,9 @@ TEST(OobRecord, SerializeRefusesInvalidLocalValues) {
     EXPECT_THROW(QpRecord(e).serialize(), InvalidUsage);
     e.device = "ok";
     EXPECT_NO_THROW(QpRecord(e).serialize());
+    e.soft.arena_size = 4096;  // an arena without a pid
+    EXPECT_THROW(QpRecord(e).serialize(), InvalidUsage);
+    e.soft = SoftLocator{};
     EXPECT_THROW(MemoryRecord(RemoteBuffer{0x1000, 0, 1, 0}).serialize(), InvalidUsage);
     EXPECT_THROW(MemoryRecord(RemoteBuffer{0x1000, 8, 1, 1u << 4}).serialize(), InvalidUsage);
     EXPECT_THROW((HelloRecord{Backend::Soft, kMaxExchangeRecords + 1, 0}.serialize()), InvalidUsage);
@@ -932,9 +988,9 @@ TEST(OobChannel, MismatchedQpCountsFailOnBothSides) {
 
 TEST(OobChannel, PeerWithAnotherRecordVersionFailsEarly) {
     Loop l;
-    raw_send(l.client.fd(), framed(raw_hello(0, 0, 1, 0, 2)));
+    raw_send(l.client.fd(), framed(raw_hello(0, 0, 1, 0, 1)));
     std::string m = remote_error([&] { l.server.exchange(Backend::Soft, {}, {}, 5000); });
-    EXPECT_MSG(m, "bad hello: hello record: record version 2, this build reads version 1");
+    EXPECT_MSG(m, "bad hello: hello record: record version 1, this build reads version 2");
 }
 
 TEST(OobChannel, PeerRecordsMustMatchItsHello) {

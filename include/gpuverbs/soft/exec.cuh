@@ -159,18 +159,24 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
     return e;
 }
 
+/// True when table t belongs to another process than the executing QP q (whose own table is
+/// local_mrs): then only regions in the owner's shared arena may be touched, a private
+/// address of another process means nothing here. Always false on GPU devices (owner 0).
+GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.owner != q->local_mrs.owner; }
+
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
 /// keys, and each lookup is a dependent chain of memory loads.
 struct MrCache {
     const MrEntry* tab = nullptr;
     uint32_t key = 0;
-    uint32_t pd = 0, access = 0, sys = 0;
+    uint32_t pd = 0, access = 0, sys = 0, shared = 0;
     uint64_t addr = 0, length = 0;
     int64_t xlate = 0;
 };
 
 GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd,
-                                          uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys) {
+                                          uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys,
+                                          bool foreign = false) {
     if (c.tab != t.entries || c.key != key || !c.tab) {
         const MrEntry* e = mr_lookup(t, key);
         if (!e) return 0;
@@ -179,11 +185,13 @@ GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t
         c.pd = e->pd;
         c.access = e->access;
         c.sys = e->sys;
+        c.shared = e->shared;
         c.addr = e->addr;
         c.length = e->length;
         c.xlate = e->xlate;
     }
     if (c.pd != pd || (c.access & need) != need) return 0;
+    if (foreign && !c.shared) return 0;
     if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
     if (sys) *sys |= c.sys;
     uint64_t p = uint64_t(int64_t(addr) + c.xlate);
@@ -404,7 +412,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         if (raddr & 7) return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
         if (!(r->access & kRemoteAtomic)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint32_t rsys = 0;
-        uint64_t rp = mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys);
+        uint64_t rp = mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys,
+                                        mr_foreign(q->remote_mrs, q));
         if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint64_t operand = mlx5::from_be64(as->swap_add), compare = mlx5::from_be64(as->compare);
         auto* target = reinterpret_cast<unsigned long long*>(rp);
@@ -468,7 +477,9 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         if (!(r->access & need)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         uint32_t rsys = 0;
         uint64_t rp =
-            total ? mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, total, need, &rsys) : 1;
+            total ? mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, total, need, &rsys,
+                                    mr_foreign(q->remote_mrs, q))
+                  : 1;
         if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         if (!is_read) p.sys |= rsys;
         uint64_t off = 0;
@@ -525,7 +536,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
                 uint64_t use = total - placed < rlen ? total - placed : rlen;
                 uint32_t rsys = 0;
                 uint64_t rp = mr_resolve_cached(r->local_mrs, lc.remote, lkey, r->pd,
-                                                mlx5::from_be64(rs[nr].addr), use, kLocalWrite, &rsys);
+                                                mlx5::from_be64(rs[nr].addr), use, kLocalWrite, &rsys,
+                                                mr_foreign(r->local_mrs, q));
                 if (!rp) {
                     o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
                     return fail(MLX5_CQE_SYNDROME_REMOTE_OP_ERR);

@@ -47,14 +47,19 @@ struct MrEntry {
     uint32_t access;  ///< AccessBits
     uint32_t sys;     ///< 1: host memory (stores need system-scope fences)
     uint32_t valid;
-    uint32_t pad[5];
+    /// 1: the bytes lie in the owner's shared arena (gv::SharedBuffer), which peer processes
+    /// map at the same address. Executors of another process touch only such regions.
+    uint32_t shared;
+    uint32_t pad[4];
 };
 static_assert(sizeof(MrEntry) == 64, "one MR entry per cache line");
 
 struct MrTable {
     MrEntry* entries;
     uint32_t capacity;
-    uint32_t pad;
+    /// Process that registered the regions (its pid; 0 on GPU devices). An executor whose
+    /// QP's own table has another owner must not dereference the table's private regions.
+    uint32_t owner;
 };
 
 struct CqState {

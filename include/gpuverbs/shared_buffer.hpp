@@ -1,0 +1,38 @@
+// SharedBuffer: host memory that peers in other processes on this host can reach through the
+// software device (a WRITE, READ, SEND or atomic from a peer process lands here).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "gpuverbs/context.hpp"
+
+namespace gv {
+
+/// Zeroed, page-aligned host memory from the context's shared arena (CPU software device,
+/// ContextOptions{Backend::Soft, -1}); NotSupported on other contexts. Register it with
+/// MemoryRegion like any host memory. Regions over other (private) memory work within the
+/// process, but an executor of another process refuses them: REMOTE_ACCESS_ERR for a WRITE,
+/// READ or atomic, a responder LOCAL_PROT_ERR for a SEND. Deregister regions before the
+/// buffer goes away.
+class SharedBuffer {
+public:
+    SharedBuffer(const Context& ctx, size_t bytes);
+    ~SharedBuffer();
+    SharedBuffer(SharedBuffer&&) noexcept;
+    SharedBuffer& operator=(SharedBuffer&&) noexcept;
+
+    void* data() const;
+    size_t size() const;
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(data());
+    }
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gv

@@ -1,0 +1,194 @@
+#include "soft/arena.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iterator>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "gpuverbs/errors.hpp"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 1U
+#endif
+
+namespace gv::detail {
+
+namespace {
+
+// Candidate bases: 1 GiB-aligned in [17 TiB, 96 TiB). Above AddressSanitizer's shadow (which
+// ends below 16 TiB on x86-64) and below where the kernel places ordinary mappings (near
+// 128 TiB), so a random pick rarely collides with anything.
+constexpr uint64_t kLow = 17ull << 40, kHigh = 96ull << 40, kAlign = 1ull << 30;
+
+std::string hexs(uint64_t v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+    return b;
+}
+
+/// mmap at exactly `base` or fail: MAP_FIXED_NOREPLACE, and the result checked because
+/// kernels before 4.17 take the flag as a mere hint.
+void* map_at(uint64_t base, size_t size, int fd, int* err) {
+    void* want = reinterpret_cast<void*>(base);
+    void* p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    if (p == MAP_FAILED) {
+        *err = errno;
+        return nullptr;
+    }
+    if (p != want) {
+        munmap(p, size);
+        *err = EEXIST;
+        return nullptr;
+    }
+    return p;
+}
+
+int memfd(const char* name) { return memfd_create(name, MFD_CLOEXEC); }
+
+}  // namespace
+
+Arena::Arena(size_t size) : size_(size), pid_(uint32_t(getpid())) {
+    std::string name = "gv-arena-" + std::to_string(pid_);
+    fd_ = memfd(name.c_str());
+    if (fd_ < 0) throw SystemError("memfd_create for the software device's shared arena", errno);
+    if (ftruncate(fd_, off_t(size)) != 0) {
+        int e = errno;
+        ::close(fd_);
+        throw SystemError("ftruncate of the shared arena to " + std::to_string(size) + " bytes", e);
+    }
+    std::random_device rd;
+    std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(pid_));
+    int err = 0;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        uint64_t base = kLow + (rng() % ((kHigh - kLow) / kAlign)) * kAlign;
+        if (map_at(base, size, fd_, &err)) {
+            base_ = uintptr_t(base);
+            break;
+        }
+        if (err != EEXIST) break;
+    }
+    if (!base_) {
+        ::close(fd_);
+        throw SystemError("mapping the software device's shared arena (" + std::to_string(size >> 20) +
+                              " MiB) at a free 1 GiB-aligned address",
+                          err);
+    }
+    auto* h = reinterpret_cast<ArenaHeader*>(base_);
+    h->base = base_;
+    h->size = size_;
+    h->pid = pid_;
+    h->version = 1;
+    h->magic = kArenaMagic;
+    bump_ = kPage;  // the header's page
+}
+
+Arena::~Arena() {
+    munmap(reinterpret_cast<void*>(base_), size_);
+    ::close(fd_);
+}
+
+void* Arena::alloc(size_t bytes) {
+    if (uint32_t(getpid()) != pid_)
+        throw InvalidUsage("this software device was opened by process " + std::to_string(pid_) +
+                           " before fork(): open a new Context in the child");
+    size_t n = (bytes + kPage - 1) & ~(kPage - 1);
+    if (n == 0) n = kPage;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {  // first fit
+        if (it->second < n) continue;
+        size_t off = it->first, len = it->second;
+        free_.erase(it);
+        if (len > n) free_[off + n] = len - n;
+        void* p = reinterpret_cast<void*>(base_ + off);
+        std::memset(p, 0, n);  // reused pages: the hole punched on free() may have failed
+        return p;
+    }
+    if (n > size_ - bump_)
+        throw SystemError("the software device's shared arena (" + std::to_string(size_ >> 20) +
+                              " MiB) is full: " + std::to_string(bytes) + " more bytes asked for",
+                          ENOMEM);
+    void* p = reinterpret_cast<void*>(base_ + bump_);  // never touched: zero pages
+    bump_ += n;
+    return p;
+}
+
+void Arena::free(void* p, size_t bytes) {
+    // A child of fork() destroying objects it inherited must not free (or punch holes into)
+    // the parent's live arena: the memfd is shared.
+    if (!p || uint32_t(getpid()) != pid_) return;
+    size_t n = (bytes + kPage - 1) & ~(kPage - 1);
+    if (n == 0) n = kPage;
+    size_t off = reinterpret_cast<uintptr_t>(p) - base_;
+    // Give the pages back to the system (they read as zero afterwards). Importers keep their
+    // mapping; they read zeros there from now on, never another process's private memory.
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(off), off_t(n));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = free_.lower_bound(off);
+    if (next != free_.end() && off + n == next->first) {
+        n += next->second;
+        next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == off) {
+            prev->second += n;
+            return;
+        }
+    }
+    free_[off] = n;
+}
+
+void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
+    static std::mutex mu;
+    static std::map<uint64_t, std::pair<uint32_t, uint64_t>> imported;  // base -> pid, size
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string what = "arena of process " + std::to_string(pid) + " (fd " + std::to_string(fd) +
+                             ", " + hexs(base) + ", " + std::to_string(size >> 20) + " MiB)";
+    auto it = imported.find(base);
+    if (it != imported.end()) {
+        if (it->second.first == pid && it->second.second == size) return;
+        throw InvalidUsage("cannot import the " + what + ": that range already holds the arena of process " +
+                           std::to_string(it->second.first));
+    }
+    if (base == 0 || (base & (Arena::kPage - 1)) || size < Arena::kPage || base + size < base)
+        throw InvalidUsage("cannot import the " + what + ": not a page-aligned range");
+    std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (f < 0)
+        throw SystemError("cannot import the " + what + ": open " + path +
+                              " failed (the peer exited, or runs as another user)",
+                          errno);
+    struct stat st {};
+    if (fstat(f, &st) != 0 || uint64_t(st.st_size) < size) {
+        ::close(f);
+        throw InvalidUsage("cannot import the " + what + ": " + path + " is not that arena (" +
+                           std::to_string(st.st_size) + " bytes)");
+    }
+    int err = 0;
+    void* p = map_at(base, size_t(size), f, &err);
+    ::close(f);  // the mapping keeps the file
+    if (!p)
+        throw SystemError("cannot import the " + what + ": the range is " +
+                              (err == EEXIST ? std::string("already in use in this process") : "not mappable"),
+                          err);
+    const auto* h = static_cast<const ArenaHeader*>(p);
+    if (h->magic != kArenaMagic || h->base != base || h->size != size || h->pid != pid) {
+        munmap(p, size_t(size));
+        throw InvalidUsage("cannot import the " + what + ": its header disagrees (not a gpuverbs arena, "
+                           "or the descriptor was reused)");
+    }
+    // Kept mapped for the life of the process (see the header).
+    imported[base] = {pid, size};
+}
+
+}  // namespace gv::detail
