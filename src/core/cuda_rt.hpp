@@ -36,6 +36,22 @@ void synchronize();
 /// they never wait for user kernels on the legacy default stream.
 void* stream();
 
+/// GPU memory mapped at the same address in every process that imports it (cuda_vmm.cpp).
+struct VmmRange {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    int fd = -1;          ///< POSIX descriptor other processes duplicate (pidfd_getfd)
+    uint64_t handle = 0;  ///< CUmemGenericAllocationHandle
+};
+/// Allocation granularity of shareable memory on `gpu` (sizes and addresses are multiples).
+size_t vmm_granularity(int gpu);
+/// Allocates `size` bytes on `gpu`, mapped at an address pick(arg) proposes (up to
+/// `attempts` proposals; the first free one is taken).
+VmmRange vmm_create(int gpu, size_t size, uint64_t (*pick)(void*), void* pick_arg, int attempts);
+void vmm_destroy(VmmRange& v);
+/// Maps process pid's allocation (its descriptor fd) at base in this process, for good.
+void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size);
+
 /// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu).
 using DoorbellFn = void (*)(void* qp_state, uint32_t what);
 DoorbellFn soft_doorbell_fn();

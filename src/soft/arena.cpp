@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "core/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -25,10 +26,8 @@ namespace gv::detail {
 
 namespace {
 
-// Candidate bases: 1 GiB-aligned in [17 TiB, 96 TiB). Above AddressSanitizer's shadow (which
-// ends below 16 TiB on x86-64) and below where the kernel places ordinary mappings (near
-// 128 TiB), so a random pick rarely collides with anything.
-constexpr uint64_t kLow = 17ull << 40, kHigh = 96ull << 40, kAlign = 1ull << 30;
+// Candidate bases: see random_arena_base().
+constexpr uint64_t kLow = 17ull << 40, kHigh = 96ull << 40, kAlign = 2ull << 20;
 
 std::string hexs(uint64_t v) {
     char b[32];
@@ -57,6 +56,20 @@ int memfd(const char* name) { return memfd_create(name, MFD_CLOEXEC); }
 
 }  // namespace
 
+uint64_t random_arena_base(uint64_t size) {
+    static std::mutex mu;
+    static std::mt19937_64 rng;
+    static pid_t seeded_for = 0;
+    std::lock_guard<std::mutex> lock(mu);
+    if (seeded_for != getpid()) {  // reseed after fork(): parent and child must not pick alike
+        std::random_device rd;
+        seeded_for = getpid();
+        rng.seed((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(seeded_for));
+    }
+    uint64_t slots = (kHigh - kLow - size) / kAlign;
+    return kLow + (rng() % slots) * kAlign;
+}
+
 Arena::Arena(size_t size) : size_(size), pid_(uint32_t(getpid())) {
     std::string name = "gv-arena-" + std::to_string(pid_);
     fd_ = memfd(name.c_str());
@@ -66,11 +79,9 @@ Arena::Arena(size_t size) : size_(size), pid_(uint32_t(getpid())) {
         ::close(fd_);
         throw SystemError("ftruncate of the shared arena to " + std::to_string(size) + " bytes", e);
     }
-    std::random_device rd;
-    std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(pid_));
     int err = 0;
     for (int attempt = 0; attempt < 16; ++attempt) {
-        uint64_t base = kLow + (rng() % ((kHigh - kLow) / kAlign)) * kAlign;
+        uint64_t base = random_arena_base(size);
         if (map_at(base, size, fd_, &err)) {
             base_ = uintptr_t(base);
             break;
@@ -80,19 +91,51 @@ Arena::Arena(size_t size) : size_(size), pid_(uint32_t(getpid())) {
     if (!base_) {
         ::close(fd_);
         throw SystemError("mapping the software device's shared arena (" + std::to_string(size >> 20) +
-                              " MiB) at a free 1 GiB-aligned address",
+                              " MiB) at a free 2 MiB-aligned address",
                           err);
     }
-    auto* h = reinterpret_cast<ArenaHeader*>(base_);
-    h->base = base_;
-    h->size = size_;
-    h->pid = pid_;
-    h->version = 1;
-    h->magic = kArenaMagic;
+    write_header();
+}
+
+Arena::Arena(int gpu, size_t size) : gpu_(gpu), pid_(uint32_t(getpid())) {
+    size_t g = cuda::vmm_granularity(gpu);
+    size_ = (size + g - 1) / g * g;
+    cuda::VmmRange v = cuda::vmm_create(
+        gpu, size_, [](void* sz) { return random_arena_base(*static_cast<size_t*>(sz)); }, &size_, 16);
+    base_ = uintptr_t(v.base);
+    fd_ = v.fd;
+    vmm_handle_ = v.handle;
+    cuda::memset_device(reinterpret_cast<void*>(base_), 0, kPage);
+    write_header();
+}
+
+void Arena::write_header() {
+    ArenaHeader h{};
+    h.base = base_;
+    h.size = size_;
+    h.pid = pid_;
+    h.version = 1;
+    h.magic = kArenaMagic;
+    if (on_gpu()) cuda::copy_to_device(reinterpret_cast<void*>(base_), &h, sizeof h);
+    else std::memcpy(reinterpret_cast<void*>(base_), &h, sizeof h);
     bump_ = kPage;  // the header's page
 }
 
+void Arena::zero(size_t off, size_t n) {
+    if (on_gpu()) cuda::memset_device(reinterpret_cast<void*>(base_ + off), 0, n);
+    else std::memset(reinterpret_cast<void*>(base_ + off), 0, n);
+}
+
 Arena::~Arena() {
+    if (on_gpu()) {
+        cuda::VmmRange v;
+        v.base = base_;
+        v.size = size_;
+        v.fd = fd_;
+        v.handle = vmm_handle_;
+        cuda::vmm_destroy(v);
+        return;
+    }
     munmap(reinterpret_cast<void*>(base_), size_);
     ::close(fd_);
 }
@@ -109,17 +152,26 @@ void* Arena::alloc(size_t bytes) {
         size_t off = it->first, len = it->second;
         free_.erase(it);
         if (len > n) free_[off + n] = len - n;
-        void* p = reinterpret_cast<void*>(base_ + off);
-        std::memset(p, 0, n);  // reused pages: the hole punched on free() may have failed
-        return p;
+        zero(off, n);  // reused pages: the hole punched on free() may have failed
+        return reinterpret_cast<void*>(base_ + off);
     }
     if (n > size_ - bump_)
         throw SystemError("the software device's shared arena (" + std::to_string(size_ >> 20) +
                               " MiB) is full: " + std::to_string(bytes) + " more bytes asked for",
                           ENOMEM);
-    void* p = reinterpret_cast<void*>(base_ + bump_);  // never touched: zero pages
+    void* p = reinterpret_cast<void*>(base_ + bump_);
+    if (on_gpu()) zero(bump_, n);  // CPU: never touched, zero pages; GPU memory is not zeroed
     bump_ += n;
     return p;
+}
+
+void* Arena::try_alloc(size_t bytes) {
+    try {
+        return alloc(bytes);
+    } catch (const SystemError& e) {
+        if (e.error_code() == ENOMEM) return nullptr;
+        throw;
+    }
 }
 
 void Arena::free(void* p, size_t bytes) {
@@ -129,9 +181,11 @@ void Arena::free(void* p, size_t bytes) {
     size_t n = (bytes + kPage - 1) & ~(kPage - 1);
     if (n == 0) n = kPage;
     size_t off = reinterpret_cast<uintptr_t>(p) - base_;
-    // Give the pages back to the system (they read as zero afterwards). Importers keep their
-    // mapping; they read zeros there from now on, never another process's private memory.
-    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(off), off_t(n));
+    // CPU: give the pages back to the system (they read as zero afterwards). GPU: zero them.
+    // Importers keep their mapping; a peer still pointing here reads zeros (a QP in RESET,
+    // an invalid region), never stale state.
+    if (on_gpu()) zero(off, n);
+    else fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(off), off_t(n));
     std::lock_guard<std::mutex> lock(mu_);
     auto next = free_.lower_bound(off);
     if (next != free_.end() && off + n == next->first) {
@@ -188,6 +242,29 @@ void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
                            "or the descriptor was reused)");
     }
     // Kept mapped for the life of the process (see the header).
+    imported[base] = {pid, size};
+}
+
+void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
+    static std::mutex mu;
+    static std::map<uint64_t, std::pair<uint32_t, uint64_t>> imported;  // base -> pid, size
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string what = "GPU arena of process " + std::to_string(pid) + " (fd " + std::to_string(fd) +
+                             ", " + hexs(base) + ", " + std::to_string(size >> 20) + " MiB)";
+    auto it = imported.find(base);
+    if (it != imported.end()) {
+        if (it->second.first == pid && it->second.second == size) return;
+        throw InvalidUsage("cannot import the " + what + ": that range already holds the arena of process " +
+                           std::to_string(it->second.first));
+    }
+    if (base == 0 || (base & (Arena::kPage - 1)) || size < Arena::kPage || base + size < base)
+        throw InvalidUsage("cannot import the " + what + ": not a page-aligned range");
+    cuda::vmm_import(gpu, pid, int(fd), base, size);
+    ArenaHeader h{};
+    cuda::copy_from_device(&h, reinterpret_cast<const void*>(base), sizeof h);
+    if (h.magic != kArenaMagic || h.base != base || h.size != size || h.pid != pid)
+        throw InvalidUsage("cannot import the " + what + ": its header disagrees (not a gpuverbs arena, "
+                           "or the descriptor was reused)");
     imported[base] = {pid, size};
 }
 

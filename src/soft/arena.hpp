@@ -1,9 +1,12 @@
-// Same-address shared arena of a CPU-domain software device (docs/cross-process-plan.md).
+// Same-address shared arena of a software device (docs/cross-process-plan.md).
 //
-// Everything a CPU-domain SoftDevice allocates (QpState, CqState, MR table, rings, doorbell
-// records, counters) and every gv::SharedBuffer comes from one memfd mapped MAP_SHARED at a
-// random 1 GiB-aligned address. A peer process maps the same file at the same address, so
-// every pointer stored inside the state is valid in both processes unchanged.
+// Everything a SoftDevice allocates (QpState, CqState, MR table, rings, doorbell records,
+// counters) and every gv::SharedBuffer comes from one arena mapped at a random address:
+//  - CPU devices: a memfd mapped MAP_SHARED (sparse: pages appear on touch);
+//  - GPU devices: GPU memory from CUDA's virtual memory management API, reserved at a fixed
+//    address and exported as a POSIX descriptor.
+// A peer process maps the same memory at the same address, so every pointer stored inside
+// the state is valid in both processes unchanged.
 #pragma once
 
 #include <cstddef>
@@ -25,29 +28,40 @@ inline constexpr uint64_t kArenaMagic = 0x414e455241564721ull;  // "!GVARENA"
 
 class Arena {
 public:
-    static constexpr size_t kDefaultSize = size_t(1) << 30;  ///< sparse: pages appear on touch
+    static constexpr size_t kDefaultSize = size_t(1) << 30;  ///< CPU: sparse, pages appear on touch
     static constexpr size_t kPage = 4096;
 
-    /// Creates the memfd and maps it; throws SystemError when no address range was free.
+    /// CPU arena: creates the memfd and maps it; throws SystemError when no address range was free.
     explicit Arena(size_t size = kDefaultSize);
+    /// GPU arena of `size` bytes (rounded up to the allocation granularity) on GPU `gpu`.
+    Arena(int gpu, size_t size);
     ~Arena();
     Arena(const Arena&) = delete;
     Arena& operator=(const Arena&) = delete;
 
     /// Zeroed, 4 KiB-aligned memory of at least `bytes`; throws when the arena is full.
     void* alloc(size_t bytes);
+    /// As alloc(), but nullptr when the arena is full.
+    void* try_alloc(size_t bytes);
     void free(void* p, size_t bytes);
     bool contains(const void* p, size_t bytes) const {
         auto a = reinterpret_cast<uintptr_t>(p);
         return a >= base_ && bytes <= size_ && a - base_ <= size_ - bytes;
     }
 
+    bool on_gpu() const { return gpu_ >= 0; }
+    int gpu() const { return gpu_; }
     int fd() const { return fd_; }
     uint64_t base() const { return base_; }
     uint64_t size() const { return size_; }
     uint32_t pid() const { return pid_; }
 
 private:
+    void write_header();
+    void zero(size_t off, size_t n);
+
+    int gpu_ = -1;
+    uint64_t vmm_handle_ = 0;  ///< GPU arenas: the CUDA allocation
     int fd_ = -1;
     uintptr_t base_ = 0;
     size_t size_ = 0;
@@ -62,5 +76,14 @@ private:
 /// that died or went away ever dangles. Throws gv::Error subclasses with the reason when the
 /// file cannot be opened, the range is taken, or the header disagrees.
 void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
+/// The same for the GPU arena of process `pid`, mapped for GPU `gpu` (descriptor duplicated
+/// with pidfd_getfd).
+void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
+
+/// A random arena base for `size` bytes: 2 MiB-aligned in [17 TiB, 96 TiB), above
+/// AddressSanitizer's shadow and below where the kernel places ordinary mappings. Fine
+/// alignment keeps two processes' arenas from colliding (a 1 GiB grid would collide once in
+/// ~80 pairs).
+uint64_t random_arena_base(uint64_t size);
 
 }  // namespace gv::detail

@@ -12,6 +12,7 @@
 
 #include "core/backend.hpp"
 #include "soft/arena.hpp"
+#include "soft/peer_watch.hpp"
 #include "core/cuda_rt.hpp"
 #include "gpuverbs/soft/exec.cuh"
 
@@ -38,7 +39,7 @@ struct Mem {
     size_t bytes = 0;
     bool device = false;
     bool pinned = false;
-    bool arena = false;  ///< from the CPU device's shared arena
+    bool arena = false;  ///< from the device's shared arena
     template <typename T = uint8_t>
     T* at(size_t off) const {
         return reinterpret_cast<T*>(static_cast<uint8_t*>(exec) + off);
@@ -49,9 +50,24 @@ class SoftDevice {
 public:
     explicit SoftDevice(int gpu) : gpu_(gpu), pid_(uint32_t(getpid())) {
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
-        // A CPU device keeps all its state in one shared arena, so that peer processes can
-        // map it at the same address and follow its pointers (docs/cross-process-plan.md).
-        if (gpu < 0) arena_ = std::make_unique<Arena>();
+        // The device keeps its state in one shared arena, so that peer processes can map it
+        // at the same address and follow its pointers (docs/cross-process-plan.md). A GPU
+        // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.
+        if (gpu < 0) {
+            arena_ = std::make_unique<Arena>();
+        } else {
+            size_t mb = 1024;
+            if (const char* e = std::getenv("GV_GPU_ARENA_MB")) mb = std::strtoull(e, nullptr, 10);
+            if (mb == 0) {
+                arena_error_ = "GV_GPU_ARENA_MB=0 turned the shared GPU arena off";
+            } else {
+                try {
+                    arena_ = std::make_unique<Arena>(gpu, mb << 20);
+                } catch (const Error& e) {
+                    arena_error_ = std::string("the shared GPU arena could not be created: ") + e.what();
+                }
+            }
+        }
         mr_mem_ = alloc(sizeof(soft::MrEntry) * kMrCap, on_gpu());
         mr_shadow_.resize(kMrCap);
         mr_tag_.assign(kMrCap, 0);
@@ -80,19 +96,20 @@ public:
     /// True when [p, p+n) lies in this device's shared arena.
     bool in_arena(const void* p, size_t n) const { return arena_ && arena_->contains(p, n); }
     void* shared_alloc(size_t bytes) {
-        if (!arena_)
-            throw NotSupported("SharedBuffer on " + name_ + ": memory shared across processes exists for "
-                               "CPU software devices only (ContextOptions{Backend::Soft, -1})");
+        if (!arena_) throw NotSupported("SharedBuffer on " + name_ + ": " + arena_error_);
         return arena_->alloc(bytes);
     }
+    /// Why this device has no shared arena ("" when it has one).
+    const std::string& arena_error() const { return arena_error_; }
     void shared_free(void* p, size_t bytes) {
         if (arena_) arena_->free(p, bytes);
     }
     /// Where a QP of this device lives, for peers in other processes.
-    SoftLocator locator(const soft::QpState* qp) const {
+    /// reachable: the QP's state, queues and CQs all lie in the arena.
+    SoftLocator locator(const soft::QpState* qp, bool reachable) const {
         SoftLocator l;
         l.pid = pid_;
-        if (arena_) {
+        if (arena_ && reachable) {
             l.arena_fd = uint32_t(arena_->fd());
             l.arena_base = arena_->base();
             l.arena_size = arena_->size();
@@ -111,7 +128,11 @@ public:
         m.device = device;
         if (device) {
             cuda::set_device(gpu_);
-            m.exec = cuda::dev_alloc(bytes);
+            if (arena_) m.exec = arena_->try_alloc(bytes);  // zeroed
+            m.arena = m.exec != nullptr;
+            // A full arena: private memory, usable in this process only (the QP's endpoint
+            // then says it cannot be reached from another process).
+            if (!m.exec) m.exec = cuda::dev_alloc(bytes);
         } else if (on_gpu()) {
             cuda::set_device(gpu_);
             void* d = nullptr;
@@ -131,9 +152,9 @@ public:
         return m;
     }
     void release(Mem& m) {
-        if (m.device) cuda::dev_free(m.exec);
+        if (m.arena) arena_->free(m.device ? m.exec : m.host, m.bytes);
+        else if (m.device) cuda::dev_free(m.exec);
         else if (m.pinned) cuda::host_free(m.host);
-        else if (m.arena) arena_->free(m.host, m.bytes);
         else std::free(m.host);
         m = Mem{};
     }
@@ -156,7 +177,7 @@ public:
         write(m, off, &v, sizeof v);
     }
 
-    soft::MrTable mr_table() const { return {mr_mem_.at<soft::MrEntry>(0), kMrCap, on_gpu() ? 0u : pid_}; }
+    soft::MrTable mr_table() const { return {mr_mem_.at<soft::MrEntry>(0), kMrCap, pid_}; }
 
     uint32_t mr_add(const soft::MrEntry& proto) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -242,7 +263,8 @@ private:
     uint32_t pid_;
     std::string name_;
     std::mutex mu_;
-    std::unique_ptr<Arena> arena_;  // CPU devices; declared before every Mem it backs
+    std::unique_ptr<Arena> arena_;  // declared before every Mem it backs
+    std::string arena_error_;
     Mem mr_mem_;
     std::vector<soft::MrEntry> mr_shadow_;
     std::vector<uint8_t> mr_tag_;
@@ -310,6 +332,8 @@ public:
     bool host_pollable() const override { return !device_; }
     soft::CqState* state() const { return s_.at<soft::CqState>(0); }
     const SoftDevice* device() const { return dev_.get(); }
+    /// Ring and state in the device's shared arena (reachable from peer processes).
+    bool in_arena() const { return q_.arena && s_.arena; }
 
     void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) override {
         std::lock_guard<std::mutex> lock(mu_);
@@ -486,7 +510,8 @@ public:
         GV_REQUIRE(a.max_dest_rd_atomic <= 16, "max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) +
                                                    " out of range: expected 0 .. 16");
         const SoftLocator& loc = a.remote_soft;
-        if (loc.pid != 0 && loc.pid != dev_->pid()) {
+        const bool foreign = loc.pid != 0 && loc.pid != dev_->pid();
+        if (foreign) {
             connect_foreign(a.remote_qpn, loc);
         } else {
             soft::QpState* peer = dev_->qp_find(a.remote_qpn);
@@ -500,6 +525,7 @@ public:
         set(offsetof(soft::QpState, remote_qpn), a.remote_qpn);
         set(offsetof(soft::QpState, min_rnr_timer), a.min_rnr_timer);
         set(offsetof(soft::QpState, state), uint32_t(soft::kRtr));
+        if (foreign) watch_peer(loc.pid);
     }
 
     void to_rts(const RtsAttr& a) override {
@@ -522,6 +548,8 @@ public:
     }
 
     void reset() override {
+        PeerWatch::instance().cancel(watch_id_);
+        watch_id_ = 0;
         set(offsetof(soft::QpState, state), uint32_t(soft::kReset));
         scq_->clean(qpn_);
         if (rcq_ != scq_) rcq_->clean(qpn_);
@@ -545,7 +573,7 @@ public:
         e.psn = 0;
         e.mtu = 4096;
         e.device = dev_->name();
-        e.soft = dev_->locator(s_.at<soft::QpState>(0));
+        e.soft = dev_->locator(s_.at<soft::QpState>(0), reachable());
         return e;
     }
 
@@ -554,25 +582,34 @@ private:
     /// per arena), then point at its QpState and MR table as for a local peer.
     void connect_foreign(uint32_t remote_qpn, const SoftLocator& loc) {
         const std::string who = "remote QP " + hex(remote_qpn) + " of process " + std::to_string(loc.pid);
-        if (dev_->on_gpu())
-            throw NotSupported("cannot connect " + dev_->name() + " to " + who +
-                               ": across processes only CPU software devices connect so far "
-                               "(ContextOptions{Backend::Soft, -1} on both sides)");
         if (loc.arena_size == 0)
-            throw NotSupported("cannot connect to " + who + ": it is on a GPU software device; across "
-                               "processes only CPU software devices connect so far");
+            throw NotSupported("cannot connect to " + who +
+                               ": it cannot be reached from another process (its state, queues or CQs "
+                               "are not in its device's shared arena: host-memory queues or CQs on a GPU "
+                               "device, a full arena (GV_GPU_ARENA_MB), or a device without one)");
+        if (!reachable())
+            throw NotSupported("cannot connect " + dev_->name() + " QP " + hex(qpn_) + " to " + who +
+                               ": this QP's state, queues or CQs are not in the device's shared arena (" +
+                               (dev_->arena_error().empty()
+                                    ? std::string("host-memory queues or CQs on a GPU device, or the arena "
+                                                  "was full when they were created: raise GV_GPU_ARENA_MB")
+                                    : dev_->arena_error()) +
+                               ")");
         GV_REQUIRE(loc.qp_state >= loc.arena_base && loc.arena_size >= sizeof(soft::QpState) &&
                        loc.qp_state - loc.arena_base <= loc.arena_size - sizeof(soft::QpState) &&
                        loc.qp_state % alignof(soft::QpState) == 0,
                    who + ": QP state address " + hex(loc.qp_state) + " lies outside its arena");
-        import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        if (dev_->on_gpu()) import_gpu_arena(dev_->gpu(), loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        else import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
         auto* peer = reinterpret_cast<soft::QpState*>(loc.qp_state);
         // The peer wrote its QpState before it sent the endpoint; the socket round trip that
         // brought the endpoint here orders those stores before these loads.
-        const uint32_t qpn = atom::load_acquire(&peer->qpn);
-        GV_REQUIRE(qpn == remote_qpn, who + ": its arena holds QP " + hex(qpn) + " at " + hex(loc.qp_state) +
-                                          " (the QP was destroyed, or the endpoint is stale)");
-        soft::MrTable mrs = peer->local_mrs;
+        soft::QpState ps{};
+        if (dev_->on_gpu()) cuda::copy_from_device(&ps, peer, sizeof ps);
+        else std::memcpy(&ps, peer, sizeof ps);
+        GV_REQUIRE(ps.qpn == remote_qpn, who + ": its arena holds QP " + hex(ps.qpn) + " at " + hex(loc.qp_state) +
+                                             " (the QP was destroyed, or the endpoint is stale)");
+        soft::MrTable mrs = ps.local_mrs;
         const uint64_t tab = reinterpret_cast<uint64_t>(mrs.entries);
         GV_REQUIRE(mrs.owner == loc.pid && tab >= loc.arena_base && mrs.capacity > 0 &&
                        uint64_t(mrs.capacity) * sizeof(soft::MrEntry) <= loc.arena_size &&
@@ -582,6 +619,23 @@ private:
         set(offsetof(soft::QpState, remote), peer);
         dev_->qp_link(qpn_, 0);  // remote_qpn names a QP of the other process, not of this device
     }
+
+    /// Moves the QP to ERROR when the peer's process exits: every outstanding WQE and every
+    /// posted receive then completes with WR_FLUSH_ERR, instead of waiting for a peer that
+    /// will never answer. Registered once the QP is in RTR (when the peer is already gone,
+    /// the callback runs at once).
+    void watch_peer(uint32_t pid) {
+        PeerWatch::instance().cancel(watch_id_);
+        watch_id_ = 0;
+        watch_id_ = PeerWatch::instance().watch(pid, [this] {
+            if (dev_->on_gpu()) cuda::set_device(dev_->gpu());
+            to_error();
+        });
+    }
+
+    /// The QP's state, queues and both CQs lie in the device's shared arena, so a peer in
+    /// another process can reach them.
+    bool reachable() const { return s_.arena && q_.arena && scq_->in_arena() && rcq_->in_arena(); }
 
     void build(uint32_t pd, const QpOptions& o) {
         q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
@@ -619,6 +673,8 @@ private:
     }
     /// Undoes build(), also a partial one (detaching from a CQ it never joined is a no-op).
     void teardown() {
+        PeerWatch::instance().cancel(watch_id_);  // the callback touches this object
+        watch_id_ = 0;
         if (qpn_) {
             dev_->qp_remove(qpn_);
             scq_->detach_qp(qpn_);
@@ -663,6 +719,7 @@ private:
     size_t sq_bytes_ = 0, rq_bytes_ = 0;
     QpOptions opts_;
     Mem q_, s_;
+    uint64_t watch_id_ = 0;  ///< PeerWatch registration while connected to another process
 };
 
 // ---------------------------------------------------------------------------------------
@@ -705,6 +762,7 @@ public:
                                                  std::to_string(dev_->gpu()));
             e.xlate = 0;
             e.sys = 0;
+            e.shared = dev_->in_arena(addr, length) ? 1 : 0;
             info.device_memory = true;
         } else if (dev_->on_gpu()) {
             void* d = nullptr;

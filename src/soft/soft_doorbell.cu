@@ -19,7 +19,8 @@ __global__ void soft_doorbell_kernel(soft::QpState* q, uint32_t what) {
         if (g.leader() && atom::load_acquire(&q->state) == soft::kErr) soft::flush_rq(q);
         soft::QpState* peer = q->remote;
         uint32_t waiting = 0;
-        if (g.leader() && peer) waiting = atom::load_acquire(&peer->rnr_waiting);
+        // Only a peer of this process: another process's executor runs its own QPs.
+        if (g.leader() && peer && soft::same_process(peer, q)) waiting = atom::load_acquire(&peer->rnr_waiting);
         if (g.bcast(waiting)) soft::progress(peer, g);
     }
 }

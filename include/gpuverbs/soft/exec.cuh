@@ -161,8 +161,14 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
 
 /// True when table t belongs to another process than the executing QP q (whose own table is
 /// local_mrs): then only regions in the owner's shared arena may be touched, a private
-/// address of another process means nothing here. Always false on GPU devices (owner 0).
+/// address of another process means nothing here.
 GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.owner != q->local_mrs.owner; }
+
+/// True when QPs a and b belong to one process. An executor runs only its own process's
+/// QPs: another process's WQEs point at that process's private memory too.
+GV_HOST_DEVICE bool same_process(const QpState* a, const QpState* b) {
+    return a->local_mrs.owner == b->local_mrs.owner;
+}
 
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
 /// keys, and each lookup is a dependent chain of memory loads.
