@@ -27,9 +27,9 @@ struct QpOptions {
 };
 
 /// Where a software-device QP lives, for a peer in another process on the same host
-/// (docs/cross-process-plan.md). pid 0: not a software device. arena_* and qp_state are 0
-/// for a GPU software device (only CPU devices, ContextOptions::gpu = -1, connect across
-/// processes so far).
+/// (docs/cross-process.md). pid 0: not a software device. arena_size 0 (and then fd, base
+/// and qp_state 0): the QP cannot be reached from another process (its state, queues or
+/// CQs are not in its device's shared arena, e.g. host-memory queues on a GPU device).
 struct SoftLocator {
     uint32_t pid = 0;        ///< owning process
     uint32_t arena_fd = 0;   ///< its descriptor of the shared arena (/proc/<pid>/fd/<fd>)

@@ -1,4 +1,4 @@
-// SharedBuffer: host memory that peers in other processes on this host can reach through the
+// SharedBuffer: memory that peers in other processes on this host can reach through the
 // software device (a WRITE, READ, SEND or atomic from a peer process lands here).
 #pragma once
 
@@ -9,9 +9,10 @@
 
 namespace gv {
 
-/// Zeroed, page-aligned host memory from the context's shared arena (CPU software device,
-/// ContextOptions{Backend::Soft, -1}); NotSupported on other contexts. Register it with
-/// MemoryRegion like any host memory. Regions over other (private) memory work within the
+/// Zeroed, page-aligned memory from the software device's shared arena: host memory on a CPU
+/// context (ContextOptions::gpu = -1), GPU memory on a GPU context (data() is then a device
+/// pointer: fill and read it with kernels or cudaMemcpy). NotSupported on other backends, or
+/// when the device has no arena (the message says why). Register it with MemoryRegion. Regions over other (private) memory work within the
 /// process, but an executor of another process refuses them: REMOTE_ACCESS_ERR for a WRITE,
 /// READ or atomic, a responder LOCAL_PROT_ERR for a SEND. Deregister regions before the
 /// buffer goes away.

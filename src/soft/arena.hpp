@@ -1,4 +1,4 @@
-// Same-address shared arena of a software device (docs/cross-process-plan.md).
+// Same-address shared arena of a software device (docs/cross-process.md).
 //
 // Everything a SoftDevice allocates (QpState, CqState, MR table, rings, doorbell records,
 // counters) and every gv::SharedBuffer comes from one arena mapped at a random address:

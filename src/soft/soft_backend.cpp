@@ -51,7 +51,7 @@ public:
     explicit SoftDevice(int gpu) : gpu_(gpu), pid_(uint32_t(getpid())) {
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
         // The device keeps its state in one shared arena, so that peer processes can map it
-        // at the same address and follow its pointers (docs/cross-process-plan.md). A GPU
+        // at the same address and follow its pointers (docs/cross-process.md). A GPU
         // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.
         if (gpu < 0) {
             arena_ = std::make_unique<Arena>();

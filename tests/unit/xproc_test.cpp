@@ -1,4 +1,4 @@
-// The software device across processes (docs/cross-process-plan.md): a parent and a forked
+// The software device across processes (docs/cross-process.md): a parent and a forked
 // child each open a CPU context, exchange endpoints and buffers over an oob::Channel on
 // loopback, connect, and the child's executor reads and writes the parent's shared buffers
 // directly. Every wait is bounded; children carry an alarm.
