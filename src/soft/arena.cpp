@@ -27,7 +27,7 @@ namespace gv::detail {
 namespace {
 
 // Candidate bases: see random_arena_base().
-constexpr uint64_t kLow = 17ull << 40, kHigh = 96ull << 40, kAlign = 2ull << 20;
+constexpr uint64_t kLow = 17ull << 40, kHigh = 96ull << 40, kAlign = 1ull << 30;
 
 std::string hexs(uint64_t v) {
     char b[32];
@@ -91,7 +91,7 @@ Arena::Arena(size_t size) : size_(size), pid_(uint32_t(getpid())) {
     if (!base_) {
         ::close(fd_);
         throw SystemError("mapping the software device's shared arena (" + std::to_string(size >> 20) +
-                              " MiB) at a free 2 MiB-aligned address",
+                              " MiB) at a free 1 GiB-aligned address",
                           err);
     }
     write_header();

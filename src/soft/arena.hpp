@@ -80,10 +80,11 @@ void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
 /// with pidfd_getfd).
 void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
 
-/// A random arena base for `size` bytes: 2 MiB-aligned in [17 TiB, 96 TiB), above
-/// AddressSanitizer's shadow and below where the kernel places ordinary mappings. Fine
-/// alignment keeps two processes' arenas from colliding (a 1 GiB grid would collide once in
-/// ~80 pairs).
+/// A random arena base for `size` bytes: 1 GiB-aligned in [17 TiB, 96 TiB), above
+/// AddressSanitizer's shadow and below where the kernel places ordinary mappings (80 896
+/// slots: two processes' arenas collide about once in 80 000 pairs, and a collision is a
+/// clear error). 1 GiB, because CUDA's cuMemAddressReserve rounds a requested address up to
+/// its own alignment (32 MiB for a 1 GiB range on the H200) instead of taking a 2 MiB one.
 uint64_t random_arena_base(uint64_t size);
 
 }  // namespace gv::detail

@@ -383,7 +383,7 @@ TEST(CrossProcess, ConnectErrorsAreClear) {
         Channel ch = lis.accept(kMs);
         QpEndpoint peer = ch.recv_record<QpRecord>(kMs).endpoint;
         EXPECT_EQ(peer.soft.pid, uint32_t(child));
-        EXPECT_EQ(peer.soft.arena_base % (2ull << 20), 0u);
+        EXPECT_EQ(peer.soft.arena_base % (1ull << 30), 0u);
         void* blocker = mmap(reinterpret_cast<void*>(peer.soft.arena_base), 4096, PROT_READ,
                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         ASSERT_EQ(blocker, reinterpret_cast<void*>(peer.soft.arena_base));
