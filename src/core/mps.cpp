@@ -26,8 +26,8 @@ namespace {
 
 constexpr const char* kProgram = "nvidia-cuda-mps-control";
 constexpr int kProbeTimeoutMs = 3000;
-constexpr int kStartTimeoutMs = 10000;  // `-d` forks the daemon and returns at once
-constexpr int kUpTimeoutMs = 5000;      // for the daemon to answer after a start
+constexpr int kStartTimeoutMs = 10000;    // `-d` forks the daemon and returns at once
+constexpr int kUpTimeoutMs = 5000;        // for the daemon to answer after a start
 constexpr int kFailedUpTimeoutMs = 1000;  // the same after a failed start (a racing start)
 
 const char* const kWhy =
@@ -116,9 +116,11 @@ RunResult run(const std::string& prog, const std::vector<std::string>& args, con
         setpgid(0, 0);
         if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
         // Only the three standard descriptors go to the child (and to a daemon it leaves).
+        bool closed = false;
 #if defined(SYS_close_range)
-        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+        closed = syscall(SYS_close_range, 3u, ~0u, 0u) == 0;
 #endif
+        if (!closed)
             for (long fd = 3; fd < max_fd; ++fd) close(int(fd));
         execv(prog.c_str(), argv.data());
         _exit(127);
@@ -233,8 +235,8 @@ std::string ensure(bool start_if_missing) {
     if (running()) return "";
     const std::string ctl = control_path();
     if (!start_if_missing)
-        return std::string("the CUDA MPS control daemon is not running (nothing answers on ") + ctl + "): " + kWhy +
-               "; " + kHow;
+        return std::string("the CUDA MPS control daemon is not running (nothing answers on ") + ctl +
+               "): " + kWhy + "; " + kHow;
     const std::string prog = find_program();
     if (prog.empty())
         return std::string("the CUDA MPS control daemon is not running and ") + kProgram +
@@ -244,9 +246,10 @@ std::string ensure(bool start_if_missing) {
     // A failed start may have lost a race with another process starting the daemon.
     if (wait_for(true, start_ok ? kUpTimeoutMs : kFailedUpTimeoutMs)) {
         if (cuda_driver_loaded())
-            return std::string("started the CUDA MPS control daemon, but this process had already loaded the CUDA "
-                               "driver, so it is not an MPS client (call gv::mps::ensure before the first CUDA "
-                               "call): ") +
+            return std::string(
+                       "started the CUDA MPS control daemon, but this process had already loaded the CUDA "
+                       "driver, so it is not an MPS client (call gv::mps::ensure before the first CUDA "
+                       "call): ") +
                    kWhy;
         return "";
     }
@@ -254,7 +257,9 @@ std::string ensure(bool start_if_missing) {
     if (!r.started) what += "could not be run";
     else if (r.timed_out) what += "did not return within " + std::to_string(kStartTimeoutMs / 1000) + " s";
     else if (r.status != 0) what += "exited with status " + std::to_string(r.status);
-    else what += "returned, but nothing answers on " + ctl + " after " + std::to_string(kUpTimeoutMs / 1000) + " s";
+    else
+        what += "returned, but nothing answers on " + ctl + " after " + std::to_string(kUpTimeoutMs / 1000) +
+                " s";
     std::string said = first_line(r.output);
     if (!said.empty()) what += " (" + said + ")";
     return "could not start the CUDA MPS control daemon: " + what + ": " + kWhy + "; " + kHow;

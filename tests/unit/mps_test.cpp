@@ -2,6 +2,8 @@
 // directory that behaves like the real one: `-d` creates the control pipe, a client without
 // the pipe says "Cannot find MPS control daemon process" and exits 1, `quit` removes it), in
 // a temporary CUDA_MPS_PIPE_DIRECTORY. The real daemon is never touched.
+#include "gpuverbs/mps.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
-
-#include "gpuverbs/mps.hpp"
 
 namespace {
 
@@ -74,8 +74,8 @@ private:
 };
 
 long ms_since(std::chrono::steady_clock::time_point t0) {
-    return long(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-                    .count());
+    return long(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Runs the client-server sample (samples/client_server.cu) as two real processes on loopback,
+# one case per call (tests/CMakeLists.txt registers each with ctest):
+#
+#   client_server_test.sh BINARY CASE
+#
+#   loopback       --gpu -1 (CPU threads) on both sides: both exit 0 and print "Validation
+#                  successful"; twice, with the default size and with an odd one
+#   gpu            the same with --gpu 0 on both sides; exit 77 (a skip) when the sample says
+#                  the GPU does not exist; stops the MPS daemon afterwards if the run started it
+#   no-server      a client with nobody listening exits non-zero within its --timeout-ms,
+#                  naming host:port
+#   port-in-use    a second server on a port already taken exits non-zero: "already in use"
+#   server-killed  the server is SIGKILLed mid-run: the client exits non-zero at once, saying so
+#   client-killed  the same the other way round
+#
+# Every process has a deadline: past it the case fails (and the process is killed).
+set -u
+
+bin=$1
+case_name=$2
+tmp=$(mktemp -d)
+
+cleanup() {
+    local f
+    for f in "$tmp"/*.pid; do
+        [ -f "$f" ] || continue
+        [ -f "${f%.pid}.rc" ] || kill -9 "$(cat "$f")" 2>/dev/null
+    done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+show() {
+    local f
+    for f in "$tmp"/*.out; do
+        [ -f "$f" ] && { echo "--- $(basename "$f" .out)"; cat "$f"; }
+    done
+}
+fail() {
+    echo "FAIL ($case_name): $*"
+    show
+    exit 1
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# start NAME ARGS...: runs the sample in the background; its output goes to NAME.out, its
+# pid to NAME.pid and, once it exits, its exit status to NAME.rc.
+start() {
+    local name=$1
+    shift
+    ("$bin" "$@" >"$tmp/$name.out" 2>&1 &
+     echo $! >"$tmp/$name.pid.tmp"
+     mv "$tmp/$name.pid.tmp" "$tmp/$name.pid"
+     wait $!
+     echo $? >"$tmp/$name.rc") 2>/dev/null &  # (no "Killed" notice from this shell)
+    local t=0
+    until [ -f "$tmp/$name.pid" ]; do
+        sleep 0.01
+        t=$((t + 1))
+        [ $t -lt 1000 ] || fail "$name did not start"
+    done
+}
+pid_of() { cat "$tmp/$1.pid"; }
+
+# wait_exit NAME SECONDS: waits for NAME to exit and sets $status to its exit status; past
+# SECONDS the case fails. (The helpers set variables rather than print: `fail` must run in
+# this shell, not in a command substitution.)
+wait_exit() {
+    local deadline=$(($(now_ms) + $2 * 1000))
+    until [ -f "$tmp/$1.rc" ]; do
+        if [ "$(now_ms)" -gt "$deadline" ]; then
+            kill -9 "$(pid_of "$1")" 2>/dev/null
+            fail "$1 did not exit within $2 s"
+        fi
+        sleep 0.02
+    done
+    status=$(cat "$tmp/$1.rc")
+}
+
+# port_of NAME: waits for the server's "listening on ADDR:PORT" line and sets $port; returns
+# 1 if the server exited first.
+port_of() {
+    local deadline=$(($(now_ms) + 60000))
+    while [ "$(now_ms)" -le "$deadline" ]; do
+        port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$tmp/$1.out" | head -n 1)
+        [ -n "$port" ] && return 0
+        [ -f "$tmp/$1.rc" ] && return 1
+        sleep 0.02
+    done
+    fail "$1 printed no port within 60 s"
+}
+
+# wait_for NAME TEXT SECONDS: waits until NAME's output holds TEXT.
+wait_for() {
+    local deadline=$(($(now_ms) + $3 * 1000))
+    until grep -q "$2" "$tmp/$1.out"; do
+        [ "$(now_ms)" -le "$deadline" ] || fail "$1 did not print '$2' within $3 s"
+        [ -f "$tmp/$1.rc" ] && fail "$1 exited (status $(cat "$tmp/$1.rc")) before printing '$2'"
+        sleep 0.02
+    done
+}
+
+# pair TAG SECONDS ARGS...: a server and a client with ARGS; both must validate. Returns 77
+# when the server says the GPU asked for does not exist.
+pair() {
+    local tag=$1 secs=$2
+    shift 2
+    start "server$tag" --server --port 0 "$@"
+    if ! port_of "server$tag"; then
+        local rc
+        rc=$(cat "$tmp/server$tag.rc")
+        if [ "$rc" = 77 ]; then
+            echo "SKIP: $(cat "$tmp/server$tag.out")"
+            return 77
+        fi
+        fail "server$tag exited with status $rc before listening"
+    fi
+    start "client$tag" --client 127.0.0.1 --port "$port" "$@"
+    local crc src
+    wait_exit "client$tag" "$secs"
+    crc=$status
+    wait_exit "server$tag" "$secs"
+    src=$status
+    [ "$crc" = 0 ] || fail "client$tag exited with status $crc"
+    [ "$src" = 0 ] || fail "server$tag exited with status $src"
+    local side
+    for side in client server; do
+        grep -q "Validation successful" "$tmp/$side$tag.out" ||
+            fail "$side$tag did not print Validation successful"
+    done
+    return 0
+}
+
+# killed VICTIM: a long run on CPU threads, VICTIM (server or client) SIGKILLed mid-run; the
+# other side must exit 1 soon, with an error naming the victim.
+killed() {
+    local victim=$1 other
+    [ "$victim" = server ] && other=client || other=server
+    local args=(--gpu -1 --rounds 100000 --delay-ms 20 --timeout-ms 3000)
+    start server --server --port 0 "${args[@]}"
+    port_of server || fail "server exited with status $(cat "$tmp/server.rc") before listening"
+    start client --client 127.0.0.1 --port "$port" "${args[@]}"
+    wait_for "$victim" "round 3 verified" 30
+    kill -9 "$(pid_of "$victim")"
+    local t0 rc took
+    t0=$(now_ms)
+    wait_exit "$other" 20
+    rc=$status
+    took=$(($(now_ms) - t0))
+    [ "$rc" = 1 ] || fail "$other exited with status $rc (expected 1) after the $victim was killed"
+    grep -q "error: .*$victim" "$tmp/$other.out" || fail "$other gave no error naming the $victim"
+    grep -q "Validation successful" "$tmp/$other.out" && fail "$other printed Validation successful"
+    [ "$took" -lt 10000 ] || fail "$other took $took ms to give up (its waits are bounded by 3000 ms)"
+    echo "$other exited $took ms after the $victim was killed:"
+    tail -n 1 "$tmp/$other.out"
+}
+
+mps_running() {
+    command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
+    local out
+    out=$(echo get_server_list | timeout 5 nvidia-cuda-mps-control 2>&1) || return 1
+    case "$out" in *"Cannot find"*) return 1 ;; esac
+    return 0
+}
+
+case "$case_name" in
+    loopback)
+        pair 1 60 --gpu -1
+        pair 2 60 --gpu -1 --size 12345 --rounds 3
+        show
+        ;;
+    gpu)
+        mps_before=0
+        mps_running && mps_before=1
+        rc=0
+        pair 1 120 --gpu 0 --timeout-ms 30000 || rc=$?
+        [ $rc = 0 ] && { pair 2 120 --gpu 0 --size 1M --rounds 3 --timeout-ms 30000 || rc=$?; }
+        if [ $mps_before = 0 ] && mps_running; then
+            echo "stopping the MPS daemon this test started"
+            echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+        fi
+        [ $rc = 0 ] && show
+        exit $rc
+        ;;
+    no-server)
+        # Port 1 (tcpmux): nothing listens there on any machine we run on.
+        t0=$(now_ms)
+        start client --client 127.0.0.1 --port 1 --gpu -1 --timeout-ms 1000
+        wait_exit client 20
+        rc=$status
+        took=$(($(now_ms) - t0))
+        [ "$rc" = 1 ] || fail "client exited with status $rc (expected 1)"
+        grep -q "error: .*127.0.0.1:1" "$tmp/client.out" || fail "the error does not name 127.0.0.1:1"
+        [ "$took" -lt 10000 ] || fail "the client took $took ms (--timeout-ms 1000)"
+        show
+        ;;
+    port-in-use)
+        start first --server --port 0 --gpu -1
+        port_of first || fail "the first server exited with status $(cat "$tmp/first.rc")"
+        start second --server --port "$port" --gpu -1
+        wait_exit second 20
+        rc=$status
+        [ "$rc" = 1 ] || fail "the second server exited with status $rc (expected 1)"
+        grep -q "error: port $port already in use" "$tmp/second.out" ||
+            fail "no 'port $port already in use' error"
+        show
+        ;;
+    server-killed) killed server ;;
+    client-killed) killed client ;;
+    *)
+        echo "unknown case $case_name"
+        exit 2
+        ;;
+esac
+exit 0
