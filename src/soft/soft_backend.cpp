@@ -629,7 +629,12 @@ private:
         watch_id_ = 0;
         watch_id_ = PeerWatch::instance().watch(pid, [this] {
             if (dev_->on_gpu()) cuda::set_device(dev_->gpu());
-            to_error();
+            // ERROR first (executors then flush without reading the peer), then forget the
+            // peer: under MPS a dead process's GPU memory is freed at once, even while we
+            // map it, and any later access would fault this process's context.
+            set(offsetof(soft::QpState, state), uint32_t(soft::kErr));
+            set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
+            kick(2);
         });
     }
 

@@ -20,7 +20,7 @@ __global__ void soft_doorbell_kernel(soft::QpState* q, uint32_t what) {
         soft::QpState* peer = q->remote;
         uint32_t waiting = 0;
         // Only a peer of this process: another process's executor runs its own QPs.
-        if (g.leader() && peer && soft::same_process(peer, q)) waiting = atom::load_acquire(&peer->rnr_waiting);
+        if (g.leader() && peer && soft::peer_in_process(q)) waiting = atom::load_acquire(&peer->rnr_waiting);
         if (g.bcast(waiting)) soft::progress(peer, g);
     }
 }

@@ -742,7 +742,7 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
     atom::fence_seq_cst();
     if (atom::load_acquire(&qp.soft->state) == soft::kErr) soft::flush_rq(qp.soft);
     soft::QpState* peer = qp.soft->remote;
-    if (peer && soft::same_process(peer, qp.soft) && atom::load_acquire(&peer->rnr_waiting))
+    if (peer && soft::peer_in_process(qp.soft) && atom::load_acquire(&peer->rnr_waiting))
         soft::progress(peer, soft::ThreadGroup{});
     return Status::Ok;
 }

@@ -164,11 +164,11 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
 /// address of another process means nothing here.
 GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.owner != q->local_mrs.owner; }
 
-/// True when QPs a and b belong to one process. An executor runs only its own process's
-/// QPs: another process's WQEs point at that process's private memory too.
-GV_HOST_DEVICE bool same_process(const QpState* a, const QpState* b) {
-    return a->local_mrs.owner == b->local_mrs.owner;
-}
+/// True when q's peer belongs to q's own process. An executor runs only its own process's
+/// QPs: another process's WQEs point at that process's private memory too. Reads q's own
+/// state only (remote_mrs is q's copy of the peer's table descriptor): the memory of a peer
+/// process that died may be gone (under MPS it is freed at once, and touching it faults).
+GV_HOST_DEVICE bool peer_in_process(const QpState* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
 
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
 /// keys, and each lookup is a dependent chain of memory loads.
@@ -335,7 +335,9 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         lc.pending = (pi - uint32_t(ci)) & 0xffff;
         if (lc.pending == 0) return kStop;
         lc.state = atom::load_relaxed(&q->state);
-        lc.r = q->remote;
+        // In ERROR every WQE flushes without the peer: its memory is not touched (a peer
+        // process that died may have taken it along).
+        lc.r = (lc.state == kRts || lc.state == kSqd) ? q->remote : nullptr;
         uint32_t rstate = lc.r ? atom::load_relaxed(&lc.r->state) : 0u;
         lc.peer_ok = lc.r && lc.r->remote == q && (rstate == kRtr || rstate == kRts || rstate == kSqd);
     }
