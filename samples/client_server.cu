@@ -235,8 +235,9 @@ GV_HOST_DEVICE void server_round(const G& g, const ServerJob& j, uint32_t r, Rou
         if (st != Status::Ok) {
             fail(out, kPostRecv, st);
         } else {
-            // Both receives are posted: let the client go. RC executes this WRITE after the
-            // receives became visible to the peer, so its SEND never finds the queue empty.
+            // Both receives are posted: let the client go. Its WRITE_IMM and SEND_IMM find
+            // them (one not yet visible to the peer would make the SEND wait and retry, as the
+            // RNR rules say, not fail).
             const unsigned long long flag = r;
             st = dev::write_inline(qp, &flag, sizeof flag, j.flag.addr, j.flag.rkey, kSignaled, j.timeout_ns);
             if (st != Status::Ok) fail(out, kPostFlag, st);
