@@ -16,7 +16,8 @@ def load(path):
 
 
 def main():
-    rows = load(sys.argv[1])
+    # The plots show one-process (loopback) runs; two-process results are kept apart.
+    rows = [r for r in load(sys.argv[1]) if r.get("mode", "loopback") == "loopback"]
     out = sys.argv[2]
 
     # 1. Bandwidth vs message size, GPU vs CPU initiated, with the cudaMemcpy ceiling.

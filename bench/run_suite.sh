@@ -1,9 +1,16 @@
 #!/bin/bash
 # Runs the benchmark suite on a machine with a GPU and draws the plots.
-#   bench/run_suite.sh [BIN_DIR=build/tools] [OUT_DIR=bench/results]
+#   bench/run_suite.sh [--two-process] [BIN_DIR=build/tools] [OUT_DIR=bench/results]
 # Writes OUT_DIR/results.jsonl (one JSON object per measurement), OUT_DIR/suite.log and
 # PNG plots (bench/plot.py). Takes about two minutes on an H200.
+# --two-process: afterwards, also the two-process variant (bench/run_two_process.sh: a server
+# and a client process per case; OUT_DIR/results-two-process.jsonl, logs in OUT_DIR/two-process/).
 set -uo pipefail
+TWO_PROCESS=0
+if [[ ${1:-} == --two-process ]]; then
+    TWO_PROCESS=1
+    shift
+fi
 BIN=${1:-build/tools}
 OUT=${2:-bench/results}
 mkdir -p "$OUT"
@@ -41,5 +48,10 @@ run gv_write_lat -s 1024 -n 10000
 run gv_post_rate
 run gv_post_rate --mem host -q 132
 run gv_compute_send -n 1000
+# Last, since the two-process tools may start MPS (the script stops it again if they did).
+if (( TWO_PROCESS )); then
+    echo "+ two-process variant (bench/run_two_process.sh)" >> "$LOG"
+    "$(dirname "$0")/run_two_process.sh" "$BIN" "$OUT" 2>&1 | tee -a "$LOG"
+fi
 python3 "$(dirname "$0")/plot.py" "$J" "$OUT" >> "$LOG" 2>&1 || echo "plotting failed (see $LOG)"
 echo "results: $J ($(wc -l < "$J") measurements), plots in $OUT"
