@@ -151,11 +151,17 @@ public:
         }
         return m;
     }
-    void release(Mem& m) {
-        if (m.arena) arena_->free(m.device ? m.exec : m.host, m.bytes);
-        else if (m.device) cuda::dev_free(m.exec);
-        else if (m.pinned) cuda::host_free(m.host);
-        else std::free(m.host);
+    /// Never throws: it runs in destructors, also after the CUDA context failed (a sticky
+    /// error, e.g. an MPS fatal exception when a peer process was killed mid-kernel); the
+    /// memory is then left to the context's teardown.
+    void release(Mem& m) noexcept {
+        try {
+            if (m.arena) arena_->free(m.device ? m.exec : m.host, m.bytes);
+            else if (m.device) cuda::dev_free(m.exec);
+            else if (m.pinned) cuda::host_free(m.host);
+            else std::free(m.host);
+        } catch (...) {
+        }
         m = Mem{};
     }
     void write(const Mem& m, size_t off, const void* src, size_t n) {
@@ -202,7 +208,11 @@ public:
         uint32_t idx = key >> 8;
         if (idx == 0 || idx >= kMrCap || mr_shadow_[idx].key != key || !mr_shadow_[idx].valid) return;
         mr_shadow_[idx].valid = 0;
-        write_val<uint32_t>(mr_mem_, idx * sizeof(soft::MrEntry) + offsetof(soft::MrEntry, valid), 0);
+        try {  // called from ~MemoryRegion: must not throw (see release())
+            write_val<uint32_t>(mr_mem_, idx * sizeof(soft::MrEntry) + offsetof(soft::MrEntry, valid), 0);
+        } catch (...) {
+            return;  // the slot stays used: its entry could not be invalidated
+        }
         mr_free_.insert(mr_free_.begin(), idx);  // reuse oldest slots last
     }
 
@@ -243,7 +253,10 @@ public:
             if (e.remote_qpn != qpn) continue;
             e.remote_qpn = 0;
             soft::QpState* none = nullptr;
-            write(*e.state_mem, offsetof(soft::QpState, remote), &none, sizeof none);
+            try {  // called from ~QueuePair: must not throw (see release())
+                write(*e.state_mem, offsetof(soft::QpState, remote), &none, sizeof none);
+            } catch (...) {
+            }
         }
     }
 
@@ -453,7 +466,12 @@ public:
             throw;
         }
     }
-    ~SoftQp() override { teardown(); }
+    ~SoftQp() override {
+        try {
+            teardown();
+        } catch (...) {  // a failed CUDA context (see SoftDevice::release): nothing to undo
+        }
+    }
 
     dev::QpHandle handle() const override {
         dev::QpHandle h{};
@@ -682,10 +700,13 @@ private:
         watch_id_ = 0;
         if (qpn_) {
             dev_->qp_remove(qpn_);
-            scq_->detach_qp(qpn_);
-            if (rcq_ != scq_) rcq_->detach_qp(qpn_);
-            scq_->clean(qpn_);
-            if (rcq_ != scq_) rcq_->clean(qpn_);
+            try {  // writes and reads CQ memory: fails on a failed CUDA context
+                scq_->detach_qp(qpn_);
+                if (rcq_ != scq_) rcq_->detach_qp(qpn_);
+                scq_->clean(qpn_);
+                if (rcq_ != scq_) rcq_->clean(qpn_);
+            } catch (...) {
+            }
         }
         dev_->release(q_);
         dev_->release(s_);

