@@ -101,8 +101,11 @@ public:
     }
     /// Why this device has no shared arena ("" when it has one).
     const std::string& arena_error() const { return arena_error_; }
-    void shared_free(void* p, size_t bytes) {
-        if (arena_) arena_->free(p, bytes);
+    void shared_free(void* p, size_t bytes) noexcept {  // from ~SharedBuffer: see release()
+        try {
+            if (arena_) arena_->free(p, bytes);
+        } catch (...) {
+        }
     }
     /// Where a QP of this device lives, for peers in other processes.
     /// reachable: the QP's state, queues and CQs all lie in the arena.
@@ -648,8 +651,7 @@ private:
         watch_id_ = PeerWatch::instance().watch(pid, [this] {
             if (dev_->on_gpu()) cuda::set_device(dev_->gpu());
             // ERROR first (executors then flush without reading the peer), then forget the
-            // peer: under MPS a dead process's GPU memory is freed at once, even while we
-            // map it, and any later access would fault this process's context.
+            // peer: nothing of a dead process is read from here on.
             set(offsetof(soft::QpState, state), uint32_t(soft::kErr));
             set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
             kick(2);

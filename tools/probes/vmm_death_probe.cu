@@ -41,8 +41,11 @@ int main(int argc, char** argv) {
         write(to_a[1], &m, sizeof m);
         char c; read(to_b[0], &c, 1);  // A mapped and looked
         if (strcmp(mode, "kill-running") != 0) {
-            unsigned one = 1;
-            cudaMemcpy((unsigned*)p + 2, &one, 4, cudaMemcpyHostToDevice);  // stop spin
+            // Stop the spin from a non-blocking stream (the legacy stream would queue behind it).
+            static unsigned one = 1;
+            cudaStream_t s;
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+            cudaMemcpyAsync((unsigned*)p + 2, &one, 4, cudaMemcpyHostToDevice, s);
             cudaDeviceSynchronize();
         }
         write(to_a[1], &c, 1);

@@ -166,8 +166,8 @@ GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.ow
 
 /// True when q's peer belongs to q's own process. An executor runs only its own process's
 /// QPs: another process's WQEs point at that process's private memory too. Reads q's own
-/// state only (remote_mrs is q's copy of the peer's table descriptor): the memory of a peer
-/// process that died may be gone (under MPS it is freed at once, and touching it faults).
+/// state only (remote_mrs is q's copy of the peer's table descriptor): after a peer process
+/// died nothing of it needs to be read.
 GV_HOST_DEVICE bool peer_in_process(const QpState* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
 
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
@@ -335,8 +335,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         lc.pending = (pi - uint32_t(ci)) & 0xffff;
         if (lc.pending == 0) return kStop;
         lc.state = atom::load_relaxed(&q->state);
-        // In ERROR every WQE flushes without the peer: its memory is not touched (a peer
-        // process that died may have taken it along).
+        // In ERROR every WQE flushes without the peer: a peer process that died is not read.
         lc.r = (lc.state == kRts || lc.state == kSqd) ? q->remote : nullptr;
         uint32_t rstate = lc.r ? atom::load_relaxed(&lc.r->state) : 0u;
         lc.peer_ok = lc.r && lc.r->remote == q && (rstate == kRtr || rstate == kRts || rstate == kSqd);
