@@ -33,6 +33,15 @@ struct ContextOptions {
     int gpu = -2;
     /// Device name for mlx5 / verbs (empty: the first suitable one).
     std::string device;
+    /// Software device: bytes of its shared arena, the memory peers in other processes map
+    /// (all device state and every SharedBuffer; docs/cross-process.md). 0: the default,
+    /// 1 GiB (CPU: sparse; GPU: allocated up front, or GV_GPU_ARENA_MB MiB when set). The
+    /// device is shared by every Context of this process on the same GPU (or on the CPU):
+    /// the first Context sizes it, and a later one asking for more is an error. When the
+    /// arena is full, SharedBuffer fails (SystemError, "arena is full"); new QPs and CQs of
+    /// a GPU device fall back to private GPU memory (usable in this process only), those of
+    /// a CPU device fail the same way.
+    size_t shared_arena_bytes = 0;
 };
 
 /// An opened backend. Cheap to copy (shared ownership); objects created from it keep it

@@ -63,7 +63,7 @@ public:
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
 };
 
-std::unique_ptr<BackendOps> open_soft(int gpu);
+std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes = 0);
 /// Opens a ConnectX through mlx5dv; throws NotSupported with the reason when impossible.
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
 /// True when a ConnectX (mlx5) RDMA device is present.

@@ -47,9 +47,9 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     if (gpu == -2) gpu = detail::cuda::device_count() > 0 ? 0 : -1;
     switch (o.backend) {
         case Backend::Auto:
-            impl_->ops = detail::open_soft(gpu);  // mlx5 GPU queues are not implemented yet
+            impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes);  // mlx5 GPU queues: not yet
             break;
-        case Backend::Soft: impl_->ops = detail::open_soft(gpu); break;
+        case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
         case Backend::Mlx5: impl_->ops = detail::open_mlx5(o.device, gpu); break;
         case Backend::Verbs:
             throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "

@@ -48,21 +48,26 @@ struct Mem {
 
 class SoftDevice {
 public:
-    explicit SoftDevice(int gpu) : gpu_(gpu), pid_(uint32_t(getpid())) {
+    /// arena_bytes: size of the shared arena (0: the default, see ContextOptions).
+    SoftDevice(int gpu, size_t arena_bytes) : gpu_(gpu), pid_(uint32_t(getpid())) {
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
         // The device keeps its state in one shared arena, so that peer processes can map it
         // at the same address and follow its pointers (docs/cross-process.md). A GPU
         // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.
         if (gpu < 0) {
-            arena_ = std::make_unique<Arena>();
+            arena_ = std::make_unique<Arena>(arena_bytes ? arena_bytes : Arena::kDefaultSize);
         } else {
-            size_t mb = 1024;
-            if (const char* e = std::getenv("GV_GPU_ARENA_MB")) mb = std::strtoull(e, nullptr, 10);
-            if (mb == 0) {
+            size_t bytes = arena_bytes;
+            if (!bytes) {
+                size_t mb = 1024;
+                if (const char* e = std::getenv("GV_GPU_ARENA_MB")) mb = std::strtoull(e, nullptr, 10);
+                bytes = mb << 20;
+            }
+            if (bytes == 0) {
                 arena_error_ = "GV_GPU_ARENA_MB=0 turned the shared GPU arena off";
             } else {
                 try {
-                    arena_ = std::make_unique<Arena>(gpu, mb << 20);
+                    arena_ = std::make_unique<Arena>(gpu, bytes);
                 } catch (const Error& e) {
                     arena_error_ = std::string("the shared GPU arena could not be created: ") + e.what();
                 }
@@ -77,7 +82,7 @@ public:
     }
     ~SoftDevice() { release(mr_mem_); }
 
-    static std::shared_ptr<SoftDevice> get(int gpu) {
+    static std::shared_ptr<SoftDevice> get(int gpu, size_t arena_bytes) {
         static std::mutex mu;
         static std::map<int, std::weak_ptr<SoftDevice>> all;
         std::lock_guard<std::mutex> lock(mu);
@@ -85,11 +90,19 @@ public:
         // A child of fork() gets a device of its own: the inherited one's arena is the
         // parent's (shared) memory.
         if (!sp || sp->pid() != uint32_t(getpid())) {
-            sp = std::make_shared<SoftDevice>(gpu);
+            sp = std::make_shared<SoftDevice>(gpu, arena_bytes);
             all[gpu] = sp;
+        } else if (arena_bytes > sp->arena_size()) {
+            throw InvalidUsage("ContextOptions::shared_arena_bytes = " + std::to_string(arena_bytes) +
+                               ": software device " + sp->name() + " already exists in this process with a " +
+                               (sp->arena_size() ? std::to_string(sp->arena_size() >> 20) + " MiB"
+                                                 : std::string("no")) +
+                               " shared arena (it lives as long as any Context on it); ask for the size "
+                               "with the first Context");
         }
         return sp;
     }
+    size_t arena_size() const { return arena_ ? arena_->size() : 0; }
 
     bool on_gpu() const { return gpu_ >= 0; }
     uint32_t pid() const { return pid_; }
@@ -753,7 +766,7 @@ private:
 // ---------------------------------------------------------------------------------------
 class SoftBackend final : public BackendOps {
 public:
-    explicit SoftBackend(int gpu) : dev_(SoftDevice::get(gpu)) {}
+    SoftBackend(int gpu, size_t arena_bytes) : dev_(SoftDevice::get(gpu, arena_bytes)) {}
     Backend kind() const override { return Backend::Soft; }
     std::string name() const override { return dev_->name(); }
     int gpu() const override { return dev_->gpu(); }
@@ -843,7 +856,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<BackendOps> open_soft(int gpu) {
+std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes) {
     if (gpu >= 0) {
         if (!cuda::built())
             throw NotSupported("software device on GPU " + std::to_string(gpu) +
@@ -853,7 +866,7 @@ std::unique_ptr<BackendOps> open_soft(int gpu) {
                                 " GPU(s) are visible");
         cuda::set_device(gpu);
     }
-    return std::make_unique<SoftBackend>(gpu);
+    return std::make_unique<SoftBackend>(gpu, arena_bytes);
 }
 
 }  // namespace gv::detail

@@ -419,3 +419,30 @@ TEST(CrossProcess, SharedBufferBasics) {
     EXPECT_EQ(moved.data(), cp);
     EXPECT_EQ(c.data(), nullptr);
 }
+
+// ContextOptions::shared_arena_bytes sizes the device's arena: a full arena is a clear error,
+// and a later Context cannot ask for more than the device (shared by the process) has.
+TEST(CrossProcess, ArenaSizeFromContextOptions) {
+    ContextOptions o{Backend::Soft, -1};
+    o.shared_arena_bytes = 8u << 20;
+    Context ctx(o);
+    SharedBuffer a(ctx, 4u << 20);
+    try {
+        SharedBuffer b(ctx, 8u << 20);
+        ADD_FAILURE() << "an 8 MiB buffer fit in what is left of an 8 MiB arena";
+    } catch (const SystemError& e) {
+        EXPECT_NE(std::string(e.what()).find("is full"), std::string::npos) << e.what();
+    }
+    ContextOptions big = o;
+    big.shared_arena_bytes = 16u << 20;
+    try {
+        Context c2(big);
+        ADD_FAILURE() << "a second Context asked for a larger arena than the device has";
+    } catch (const InvalidUsage& e) {
+        EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+    }
+    ContextOptions dflt{Backend::Soft, -1};
+    Context c3(dflt);  // 0: whatever the device has
+    SharedBuffer c(c3, 1u << 20);
+    EXPECT_NE(c.data(), nullptr);
+}
