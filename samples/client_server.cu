@@ -22,7 +22,6 @@
 // (exit status 1). Every wait is bounded by --timeout-ms.
 //
 // Built as CUDA when the library has CUDA, as plain C++ (CPU threads only) otherwise.
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -546,10 +545,15 @@ private:
 };
 
 /// True when the peer closed its end of the channel: it exited, was killed, or gave up. In
-/// a run that goes well neither side closes before both finished their rounds.
-bool peer_left(const oob::Channel& ch) {
-    pollfd p{ch.fd(), POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+/// a run that goes well neither side closes before both finished their rounds. Never
+/// throws (a round's thread may be running): a channel that cannot even be polled counts as
+/// gone.
+bool peer_left(const oob::Channel& ch) noexcept {
+    try {
+        return ch.peer_closed();
+    } catch (const Error&) {
+        return true;
+    }
 }
 
 /// Runs the rounds of one side: each as a kernel of one block on a GPU, or on a CPU thread,

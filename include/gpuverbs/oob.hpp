@@ -151,6 +151,14 @@ public:
     Channel& operator=(Channel&&) noexcept;
 
     bool is_open() const;
+    /// True when the peer closed its end of the connection, reset it, or the socket holds an
+    /// error: whether it exited, was killed (the kernel closes its sockets) or called close().
+    /// Does not wait (poll with a zero timeout for POLLRDHUP, POLLHUP, POLLERR) and consumes
+    /// nothing: a message the peer sent before closing stays receivable, and a peer that is
+    /// alive with data pending is not "closed". For a watcher loop beside a running data
+    /// path, so a peer that went away ends the run at once rather than after a timeout.
+    /// InvalidUsage when the channel is not open (never connected, or closed here).
+    bool peer_closed() const;
     /// Peer's numeric address, "host:port".
     std::string peer() const;
     int fd() const;

@@ -581,6 +581,22 @@ Channel& Channel::operator=(Channel&&) noexcept = default;
 bool Channel::is_open() const { return impl_ && impl_->fd >= 0; }
 std::string Channel::peer() const { return impl_ ? impl_->peer : std::string(); }
 int Channel::fd() const { return impl_ ? impl_->fd : -1; }
+bool Channel::peer_closed() const {
+    GV_REQUIRE(is_open(), "peer_closed on a channel that is not open");
+    for (;;) {
+        // POLLRDHUP: the peer's FIN (close, exit, kill), even with unread data before it;
+        // POLLHUP and POLLERR (always reported): a reset or another socket error. poll reads
+        // neither the data nor the pending error (SO_ERROR), so receives see both later.
+        pollfd p{impl_->fd, POLLRDHUP, 0};
+        int r = ::poll(&p, 1, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            throw SystemError("poll failed", errno);
+        }
+        if (p.revents & POLLNVAL) throw SystemError("poll on a closed socket", EBADF);
+        return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    }
+}
 void Channel::close() {
     if (impl_) close_fd(impl_->fd);
 }

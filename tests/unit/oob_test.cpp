@@ -910,6 +910,112 @@ TEST(OobChannel, WritingToAClosedPeerRaisesNoSigpipe) {
     expect_exit_ok(st, "writer");
 }
 
+namespace {
+/// Polls ch.peer_closed() until it says true or timeout_ms passed; the time it took, or -1.
+long ms_until_peer_closed(const Channel& ch, int timeout_ms = 5000) {
+    auto t0 = Clock::now();
+    while (!ch.peer_closed()) {
+        if (ms_since(t0) > timeout_ms) return -1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return ms_since(t0);
+}
+}  // namespace
+
+// peer_closed(): false while the peer is connected, with or without data waiting for us, and
+// it consumes nothing.
+TEST(OobChannel, PeerClosedIsFalseWhileThePeerIsConnected) {
+    Loop l;
+    EXPECT_FALSE(l.server.peer_closed());
+    EXPECT_FALSE(l.client.peer_closed());
+    l.client.send_message(std::vector<uint8_t>{1, 2, 3}, 1000);
+    l.client.send_message(std::vector<uint8_t>{4}, 1000);
+    // The data is there (the peer's FIN would be too, after it: it is not).
+    pollfd p{l.server.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 2000), 1);
+    for (int i = 0; i < 3; ++i) EXPECT_FALSE(l.server.peer_closed());
+    EXPECT_EQ(l.server.recv_message(1000), (std::vector<uint8_t>{1, 2, 3}));
+    EXPECT_FALSE(l.server.peer_closed());
+    EXPECT_EQ(l.server.recv_message(1000), std::vector<uint8_t>{4});
+    EXPECT_FALSE(l.server.peer_closed());
+    EXPECT_FALSE(l.client.peer_closed());  // sending made no difference to our own side
+}
+
+// The peer closes after a last message: peer_closed() says so at once, and the message is
+// still received (nothing was consumed), then the end of the stream.
+TEST(OobChannel, PeerClosedAfterTheLastMessage) {
+    Loop l;
+    l.client.send_message(std::vector<uint8_t>{'F', 'x'}, 1000);
+    l.client.close();
+    EXPECT_GE(ms_until_peer_closed(l.server), 0) << "peer_closed() never said true";
+    EXPECT_TRUE(l.server.peer_closed());  // and it stays so
+    EXPECT_EQ(l.server.recv_message(1000), (std::vector<uint8_t>{'F', 'x'}));
+    EXPECT_TRUE(l.server.peer_closed());
+    try {
+        l.server.recv_message(1000);
+        FAIL() << "a message after the peer closed";
+    } catch (const RemoteError& e) {
+        EXPECT_MSG(std::string(e.what()), "closed the connection");
+    }
+}
+
+// A peer that closes with data it never read resets the connection (RST): peer_closed() says
+// true there too (POLLHUP / POLLERR), and does not take the pending error from the socket.
+TEST(OobChannel, PeerClosedAfterAReset) {
+    Loop l;
+    l.server.send_message(std::vector<uint8_t>(1000, 7), 1000);
+    pollfd p{l.client.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 2000), 1);
+    l.client.close();  // unread data: RST instead of FIN
+    EXPECT_GE(ms_until_peer_closed(l.server), 0) << "peer_closed() never said true";
+    EXPECT_TRUE(l.server.peer_closed());
+    try {
+        l.server.recv_message(1000);
+        FAIL() << "a message from a peer that reset the connection";
+    } catch (const RemoteError& e) {
+        std::string m = e.what();
+        EXPECT_TRUE(m.find("reset the connection") != std::string::npos ||
+                    m.find("closed the connection") != std::string::npos)
+            << m;
+    }
+}
+
+// A peer process killed (SIGKILL: the kernel closes its socket) is seen within milliseconds,
+// while its last message stays receivable.
+TEST(OobChannel, PeerClosedWhenThePeerProcessIsKilled) {
+    Listener listener = Channel::listen(0);
+    const uint16_t port = listener.port();
+    pid_t pid = spawn([&]() -> int {
+        Channel c = Channel::connect("127.0.0.1", port, 5000);
+        c.send_message(std::vector<uint8_t>{'R'}, 1000);
+        for (;;) pause();
+    });
+    ASSERT_GT(pid, 0);
+    Channel s = listener.accept(5000);
+    pollfd p{s.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    for (int i = 0; i < 50; ++i) {  // alive with data pending: 50 ms of "no"
+        ASSERT_FALSE(s.peer_closed());
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    kill(pid, SIGKILL);
+    const long took = ms_until_peer_closed(s);
+    EXPECT_GE(took, 0) << "peer_closed() never said true after the peer was killed";
+    EXPECT_LT(took, 2000);
+    EXPECT_EQ(s.recv_message(1000), std::vector<uint8_t>{'R'});
+    int st = wait_child(pid);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
+}
+
+TEST(OobChannel, PeerClosedOnAChannelThatIsNotOpenIsInvalidUsage) {
+    Channel none;
+    EXPECT_THROW(none.peer_closed(), InvalidUsage);
+    Loop l;
+    l.server.close();
+    EXPECT_THROW(l.server.peer_closed(), InvalidUsage);
+    EXPECT_GE(ms_until_peer_closed(l.client), 0);  // the other side sees our close
+}
+
 TEST(OobChannel, GarbageFromARawSocketIsARemoteError) {
     {  // HTTP instead of gpuverbs: the length prefix reads as ~542 MB
         Loop l;
