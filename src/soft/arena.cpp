@@ -202,12 +202,15 @@ void Arena::free(void* p, size_t bytes) {
     free_[off] = n;
 }
 
-void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
+namespace {
+
+/// Runs `map` (which maps and checks the arena, throwing with the reason) once per arena:
+/// imports are recorded by base address for the life of the process (see the header).
+template <class Map>
+void import_once(const std::string& what, uint32_t pid, uint64_t base, uint64_t size, Map map) {
     static std::mutex mu;
     static std::map<uint64_t, std::pair<uint32_t, uint64_t>> imported;  // base -> pid, size
     std::lock_guard<std::mutex> lock(mu);
-    const std::string what = "arena of process " + std::to_string(pid) + " (fd " + std::to_string(fd) +
-                             ", " + hexs(base) + ", " + std::to_string(size >> 20) + " MiB)";
     auto it = imported.find(base);
     if (it != imported.end()) {
         if (it->second.first == pid && it->second.second == size) return;
@@ -216,56 +219,60 @@ void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
     }
     if (base == 0 || (base & (Arena::kPage - 1)) || size < Arena::kPage || base + size < base)
         throw InvalidUsage("cannot import the " + what + ": not a page-aligned range");
-    std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-    int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f < 0)
-        throw SystemError("cannot import the " + what + ": open " + path +
-                              " failed (the peer exited, or runs as another user)",
-                          errno);
-    struct stat st {};
-    if (fstat(f, &st) != 0 || uint64_t(st.st_size) < size) {
-        ::close(f);
-        throw InvalidUsage("cannot import the " + what + ": " + path + " is not that arena (" +
-                           std::to_string(st.st_size) + " bytes)");
-    }
-    int err = 0;
-    void* p = map_at(base, size_t(size), f, &err);
-    ::close(f);  // the mapping keeps the file
-    if (!p)
-        throw SystemError("cannot import the " + what + ": the range is " +
-                              (err == EEXIST ? std::string("already in use in this process") : "not mappable"),
-                          err);
-    const auto* h = static_cast<const ArenaHeader*>(p);
-    if (h->magic != kArenaMagic || h->base != base || h->size != size || h->pid != pid) {
-        munmap(p, size_t(size));
-        throw InvalidUsage("cannot import the " + what + ": its header disagrees (not a gpuverbs arena, "
-                           "or the descriptor was reused)");
-    }
-    // Kept mapped for the life of the process (see the header).
+    map();
     imported[base] = {pid, size};
 }
 
+bool header_matches(const ArenaHeader& h, uint32_t pid, uint64_t base, uint64_t size) {
+    return h.magic == kArenaMagic && h.base == base && h.size == size && h.pid == pid;
+}
+const char* const kHeaderDisagrees = ": its header disagrees (not a gpuverbs arena, or the descriptor was reused)";
+
+std::string describe(const char* kind, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
+    return std::string(kind) + " of process " + std::to_string(pid) + " (fd " + std::to_string(fd) + ", " +
+           hexs(base) + ", " + std::to_string(size >> 20) + " MiB)";
+}
+
+}  // namespace
+
+void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
+    const std::string what = describe("arena", pid, fd, base, size);
+    import_once(what, pid, base, size, [&] {
+        std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+        int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+        if (f < 0)
+            throw SystemError("cannot import the " + what + ": open " + path +
+                                  " failed (the peer exited, or runs as another user)",
+                              errno);
+        struct stat st {};
+        if (fstat(f, &st) != 0 || uint64_t(st.st_size) < size) {
+            ::close(f);
+            throw InvalidUsage("cannot import the " + what + ": " + path + " is not that arena (" +
+                               std::to_string(st.st_size) + " bytes)");
+        }
+        int err = 0;
+        void* p = map_at(base, size_t(size), f, &err);
+        ::close(f);  // the mapping keeps the file
+        if (!p)
+            throw SystemError("cannot import the " + what + ": the range is " +
+                                  (err == EEXIST ? std::string("already in use in this process") : "not mappable"),
+                              err);
+        if (!header_matches(*static_cast<const ArenaHeader*>(p), pid, base, size)) {
+            munmap(p, size_t(size));
+            throw InvalidUsage("cannot import the " + what + kHeaderDisagrees);
+        }
+    });
+}
+
 void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
-    static std::mutex mu;
-    static std::map<uint64_t, std::pair<uint32_t, uint64_t>> imported;  // base -> pid, size
-    std::lock_guard<std::mutex> lock(mu);
-    const std::string what = "GPU arena of process " + std::to_string(pid) + " (fd " + std::to_string(fd) +
-                             ", " + hexs(base) + ", " + std::to_string(size >> 20) + " MiB)";
-    auto it = imported.find(base);
-    if (it != imported.end()) {
-        if (it->second.first == pid && it->second.second == size) return;
-        throw InvalidUsage("cannot import the " + what + ": that range already holds the arena of process " +
-                           std::to_string(it->second.first));
-    }
-    if (base == 0 || (base & (Arena::kPage - 1)) || size < Arena::kPage || base + size < base)
-        throw InvalidUsage("cannot import the " + what + ": not a page-aligned range");
-    cuda::vmm_import(gpu, pid, int(fd), base, size);
-    ArenaHeader h{};
-    cuda::copy_from_device(&h, reinterpret_cast<const void*>(base), sizeof h);
-    if (h.magic != kArenaMagic || h.base != base || h.size != size || h.pid != pid)
-        throw InvalidUsage("cannot import the " + what + ": its header disagrees (not a gpuverbs arena, "
-                           "or the descriptor was reused)");
-    imported[base] = {pid, size};
+    const std::string what = describe("GPU arena", pid, fd, base, size);
+    import_once(what, pid, base, size, [&] {
+        cuda::vmm_import(gpu, pid, int(fd), base, size);
+        ArenaHeader h{};
+        cuda::copy_from_device(&h, reinterpret_cast<const void*>(base), sizeof h);
+        // A mismatch leaves the range mapped (and so reserved) for the life of the process.
+        if (!header_matches(h, pid, base, size)) throw InvalidUsage("cannot import the " + what + kHeaderDisagrees);
+    });
 }
 
 }  // namespace gv::detail

@@ -25,13 +25,15 @@
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"
 #include "gpuverbs/oob.hpp"
+#include "proc_util.hpp"
 
 using namespace gv;
 using namespace gv::oob;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gvtest::Clock;
+using gvtest::ms_since;
 constexpr uint64_t kNs = 1'000'000'000ull;
 constexpr int kMs = 20000;  // channel timeouts (a GPU context takes a while to open)
 constexpr size_t kBig = 1 << 20;
@@ -42,9 +44,6 @@ std::string g_exe;
 std::string g_mps_note;
 bool g_no_mps = false;  // --no-mps: parent and children are plain CUDA processes
 
-long ms_since(Clock::time_point t0) {
-    return long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
 
 #define XCHECK(cond, what)                                                                          \
     do {                                                                                            \
@@ -83,27 +82,8 @@ pid_t spawn_child(const char* role, uint16_t port) {
     _exit(127);
 }
 
-int wait_child(pid_t pid, int timeout_ms = 60000) {
-    auto t0 = Clock::now();
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return st;
-        if (r < 0) return -1;
-        if (ms_since(t0) > timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            ADD_FAILURE() << "child " << pid << " did not finish within " << timeout_ms << " ms";
-            return -1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-}
-void expect_exit_ok(int st) {
-    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        << "child: status " << st << " (exited " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << ", signal "
-        << (WIFSIGNALED(st) ? WTERMSIG(st) : 0) << ")";
-}
+int wait_child(pid_t pid, int timeout_ms = 60000) { return gvtest::wait_child(pid, timeout_ms); }
+using gvtest::expect_exit_ok;
 
 /// One side: a GPU context, a protection domain, two device CQs and one QP.
 struct Side {

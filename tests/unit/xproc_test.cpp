@@ -19,6 +19,7 @@
 
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/oob.hpp"
+#include "proc_util.hpp"
 #include "test_util.hpp"
 
 using namespace gv;
@@ -26,13 +27,11 @@ using namespace gv::oob;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gvtest::Clock;
+using gvtest::ms_since;
 constexpr uint64_t kNs = 1'000'000'000ull;  // one second in ns
 constexpr int kMs = 5000;                    // channel timeouts
 
-long ms_since(Clock::time_point t0) {
-    return long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
 
 /// In a child: gtest assertions do not reach the parent, so failures throw (exit code 100).
 #define XCHECK(cond, what)                                                                          \
@@ -54,29 +53,8 @@ pid_t spawn(const std::function<int()>& body, unsigned alarm_s = 15) {
     _exit(rc);
 }
 
-/// Waits for a child up to timeout_ms (then kills it). Returns the raw wait status, or -1.
-int wait_child(pid_t pid, int timeout_ms = 15000) {
-    auto t0 = Clock::now();
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return st;
-        if (r < 0) return -1;
-        if (ms_since(t0) > timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            ADD_FAILURE() << "child " << pid << " did not finish within " << timeout_ms << " ms";
-            return -1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-}
-
-void expect_exit_ok(int st) {
-    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        << "child: status " << st << " (exited " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << ", signal "
-        << (WIFSIGNALED(st) ? WTERMSIG(st) : 0) << ")";
-}
+int wait_child(pid_t pid, int timeout_ms = 15000) { return gvtest::wait_child(pid, timeout_ms); }
+using gvtest::expect_exit_ok;
 
 /// One side: a CPU context, a protection domain, two host CQs and one QP.
 struct Side {
