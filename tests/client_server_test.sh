@@ -13,6 +13,12 @@
 #   port-in-use    a second server on a port already taken exits non-zero: "already in use"
 #   server-killed  the server is SIGKILLed mid-run: the client exits non-zero at once, saying so
 #   client-killed  the same the other way round
+#   netns          --gpu -1, the server in one network namespace and the client in another,
+#                  joined by a veth pair: the exchange crosses the veth (the server must see
+#                  the client's veth address), the software device still crosses processes
+#                  (same host, same PID namespace: /proc and pidfd work). Exit 77 (a skip),
+#                  with the reason, when not root, without `ip`, or when namespaces or a veth
+#                  pair cannot be created here
 #
 # Every process has a deadline: past it the case fails (and the process is killed).
 set -u
@@ -20,17 +26,24 @@ set -u
 bin=$1
 case_name=$2
 tmp=$(mktemp -d)
+netns=()  # network namespaces this run created (the netns case)
+veth=""   # its veth pair's first end, deleted in case it never moved into a namespace
 
 cleanup() {
-    local f
+    local f n
     for f in "$tmp"/*.pid; do
         [ -f "$f" ] || continue
         [ -f "${f%.pid}.rc" ] || kill -9 "$(cat "$f")" 2>/dev/null
     done
     wait 2>/dev/null
+    # After the processes: a namespace deleted under a process lives on until it exits. Each
+    # namespace takes its veth end with it.
+    for n in ${netns[@]+"${netns[@]}"}; do ip netns del "$n" 2>/dev/null; done
+    [ -n "$veth" ] && ip link del "$veth" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT HUP  # (exit runs the EXIT trap)
 
 show() {
     local f
@@ -41,6 +54,7 @@ show() {
 fail() {
     echo "FAIL ($case_name): $*"
     show
+    [ -f "$tmp/setup.log" ] && { echo "--- setup"; cat "$tmp/setup.log"; }
     exit 1
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -50,7 +64,15 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 start() {
     local name=$1
     shift
-    ("$bin" "$@" >"$tmp/$name.out" 2>&1 &
+    start_cmd "$name" "$bin" "$@"
+}
+
+# start_cmd NAME COMMAND...: start with a whole command line (one that execs the sample,
+# like `ip netns exec NS BINARY ...`, so the pid is the sample's).
+start_cmd() {
+    local name=$1
+    shift
+    ("$@" >"$tmp/$name.out" 2>&1 &
      echo $! >"$tmp/$name.pid.tmp"
      mv "$tmp/$name.pid.tmp" "$tmp/$name.pid"
      wait $!
@@ -157,6 +179,69 @@ killed() {
     tail -n 1 "$tmp/$other.out"
 }
 
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+
+# quiet COMMAND...: runs it, its output to setup.log (shown when the case fails).
+quiet() {
+    echo "+ $*" >>"$tmp/setup.log"
+    "$@" >>"$tmp/setup.log" 2>&1
+}
+
+# veth_end NAMESPACE DEV ADDRESS: moves DEV into NAMESPACE, gives it ADDRESS/24, brings it
+# and the namespace's loopback up.
+veth_end() {
+    quiet ip link set "$2" netns "$1" &&
+        quiet ip -n "$1" addr add "$3/24" dev "$2" &&
+        quiet ip -n "$1" link set "$2" up &&
+        quiet ip -n "$1" link set lo up ||
+        fail "setting up $2 ($3) in namespace $1 failed"
+}
+
+# in_namespaces: a server in one network namespace, a client in another, joined by a veth
+# pair (as OobNetns.ExchangeAcrossAVethPair in tests/unit/oob_test.cpp); both must validate.
+in_namespaces() {
+    [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+    command -v ip >/dev/null 2>&1 || skip "the ip tool (iproute2) is not installed"
+    # Unique per run (pid and a random byte), so parallel runs never meet; <= 15 characters.
+    local id ns_s ns_c veth_s veth_c
+    id=$(printf '%d%02x' $$ $((RANDOM % 256)))
+    ns_s=gvcs${id}s ns_c=gvcs${id}c veth_s=gvcs${id}s veth_c=gvcs${id}c
+    quiet ip netns add "$ns_s" ||
+        skip "cannot create network namespaces here (ip netns add: $(tail -n 1 "$tmp/setup.log"))"
+    netns+=("$ns_s")
+    quiet ip netns add "$ns_c" || fail "ip netns add $ns_c failed after $ns_s worked"
+    netns+=("$ns_c")
+    veth=$veth_s
+    quiet ip link add "$veth_s" type veth peer name "$veth_c" ||
+        skip "cannot create a veth pair here (ip link add ... type veth: $(tail -n 1 "$tmp/setup.log"))"
+    local addr_s=10.200.1.1 addr_c=10.200.1.2
+    veth_end "$ns_s" "$veth_s" "$addr_s"
+    veth_end "$ns_c" "$veth_c" "$addr_c"
+    veth=""  # both ends are in the namespaces now: deleting those deletes the pair
+    echo "namespaces $ns_s ($addr_s) and $ns_c ($addr_c), veth $veth_s <-> $veth_c"
+
+    start_cmd server ip netns exec "$ns_s" "$bin" --server --bind "$addr_s" --port 0 --gpu -1
+    port_of server || fail "server exited with status $(cat "$tmp/server.rc") before listening"
+    start_cmd client ip netns exec "$ns_c" "$bin" --client "$addr_s" --port "$port" --gpu -1
+    local crc src side
+    # Deadlines well inside ctest's TIMEOUT: the EXIT trap must get to delete the namespaces.
+    wait_exit client 45
+    crc=$status
+    wait_exit server 45
+    src=$status
+    [ "$crc" = 0 ] || fail "client exited with status $crc"
+    [ "$src" = 0 ] || fail "server exited with status $src"
+    for side in client server; do
+        grep -q "Validation successful" "$tmp/$side.out" || fail "$side did not print Validation successful"
+    done
+    # The exchange went over the veth: the server saw the client's address in its namespace.
+    grep -q "client $addr_c:[0-9]* connected" "$tmp/server.out" ||
+        fail "the server did not see the client at $addr_c (the veth address)"
+}
+
 mps_running() {
     command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
     local out
@@ -209,6 +294,10 @@ case "$case_name" in
         ;;
     server-killed) killed server ;;
     client-killed) killed client ;;
+    netns)
+        in_namespaces
+        show
+        ;;
     *)
         echo "unknown case $case_name"
         exit 2
