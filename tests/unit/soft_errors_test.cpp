@@ -699,6 +699,100 @@ TEST(SoftErrors, ToErrorFlushesReceivesAndSends) {
     EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
 }
 
+// dev::qp_in_error(): false before and in RTS, true once the user (to_error) or the device
+// (a failed WQE) moved the QP to ERROR, false again after reset(); false for a default handle.
+TEST(SoftErrors, QpInErrorFollowsTheState) {
+    EXPECT_FALSE(dev::qp_in_error(dev::QpHandle{}));
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false);
+    HostBuf src(p.pd, 256, kLocalWrite), dst(p.pd, 256, kAllAccess);
+    auto a = p.h(0), b = p.h(1);
+    EXPECT_FALSE(dev::qp_in_error(a));  // RESET
+    p.qp[0]->connect(p.qp[1]->endpoint());
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    EXPECT_FALSE(dev::qp_in_error(a));  // RTS
+    EXPECT_FALSE(dev::qp_in_error(b));
+    // Good work leaves it in RTS.
+    Completion c{};
+    ASSERT_EQ(dev::write(a, src.data(), 100, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    EXPECT_FALSE(dev::qp_in_error(a));
+    // The user moves b there.
+    p.qp[1]->to_error();
+    EXPECT_TRUE(dev::qp_in_error(b));
+    EXPECT_FALSE(dev::qp_in_error(a));  // the peer learns nothing by itself...
+    // ... until its next WQE finds no responder: the device moves a to ERROR.
+    ASSERT_EQ(dev::write(a, src.data(), 100, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    EXPECT_TRUE(dev::qp_in_error(a));
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+    // Back to RESET and reconnected: no longer in ERROR.
+    for (int i = 0; i < 2; ++i) p.qp[i]->reset();
+    EXPECT_FALSE(dev::qp_in_error(a));
+    EXPECT_FALSE(dev::qp_in_error(b));
+    p.qp[0]->connect(p.qp[1]->endpoint());
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    EXPECT_FALSE(dev::qp_in_error(a));
+}
+
+// The case it is for: a thread spinning on a memory flag that will never be written learns
+// from qp_in_error() that its QP went to ERROR (here by to_error() from another thread, as
+// the peer-death watcher does), and stops at once instead of at its timeout.
+TEST(SoftErrors, FlagWaiterSeesTheQpGoToError) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64);
+    auto b = p.h(1);
+    unsigned long long flag = 0;  // the peer would WRITE it; it never does
+    std::atomic<int> outcome{0};  // 1: saw ERROR, 2: saw the flag, 3: timed out
+    std::atomic<bool> spinning{false};
+    std::thread waiter([&] {
+        const uint64_t start = atom::now_ns();
+        uint32_t spins = 0;
+        spinning = true;
+        for (;;) {
+            if (atom::load_acquire(&flag) != 0) return outcome.store(2);
+            if (dev::qp_in_error(b)) return outcome.store(1);
+            if (atom::now_ns() - start > kTimeout) return outcome.store(3);
+            dev::spin_pause(spins, 1024);
+        }
+    });
+    while (!spinning) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(outcome.load(), 0) << "the waiter stopped before the QP left RTS";
+    auto t0 = std::chrono::steady_clock::now();
+    p.qp[1]->to_error();
+    waiter.join();
+    EXPECT_EQ(outcome.load(), 1);
+    EXPECT_LT(ms_since(t0), 1000.0);
+}
+
+// A receive without a buffer takes a WRITE_IMM (tested in SoftDevice.WriteImmCompletesReceive)
+// or a zero-length SEND; a SEND with data into it fails as on a NIC.
+TEST(SoftErrors, SendIntoAReceiveWithoutBuffer) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64);
+    HostBuf src(p.pd, 64, kLocalWrite);
+    auto a = p.h(0), b = p.h(1);
+    ASSERT_EQ(dev::post_recv(b, nullptr, 0), Status::Ok);
+    ASSERT_EQ(dev::recv(b, nullptr, 0, 0), Status::Ok);
+    ASSERT_EQ(dev::send_imm(a, src.data(), 0, src.lkey(), 0x1234u), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_SEND_IMM);
+    EXPECT_EQ(c.imm, 0x1234u);
+    EXPECT_EQ(c.byte_len, 0u);
+    ASSERT_EQ(dev::send(a, src.data(), 1, src.lkey()), Status::Ok);
+    dev::commit(a);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    EXPECT_TRUE(dev::qp_in_error(a));
+    EXPECT_TRUE(dev::qp_in_error(b));
+}
+
 // Work posted before RTS waits: commit says QpNotReady and nothing executes; the move to
 // RTS runs it.
 TEST(SoftErrors, PostedBeforeRtsRunsAtRts) {

@@ -383,7 +383,8 @@ GV_HOST_DEVICE Status write(const QpHandle& qp, const void* laddr, uint32_t len,
 }
 
 /// RDMA WRITE with immediate: also consumes a receive on the peer, whose completion
-/// carries `imm` and the byte count.
+/// carries `imm` and the byte count. The data goes to raddr, not to the receive's buffers,
+/// so that receive may have none (post_recv(qp, nullptr, 0) or recv(qp, nullptr, 0, 0)).
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status write_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
                                 uint64_t raddr, uint32_t rkey, uint32_t imm,
@@ -712,6 +713,11 @@ GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
 
 /// Posts a receive of up to n buffers (n <= max_recv_sge) and updates the receive doorbell
 /// record (mlx5 has no receive doorbell beyond it). Thread scope, strong.
+/// A receive needs no buffer (sg = nullptr, n = 0; zero-length entries are skipped): it
+/// takes a WRITE_IMM, whose data goes where the writer said and whose completion carries
+/// the immediate and the byte count, or a zero-length SEND. A SEND with data into it fails
+/// as on a NIC: the receive completes with LOCAL_LENGTH_ERR, the SEND with
+/// REMOTE_INVAL_REQ_ERR, and both QPs go to ERROR.
 GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
                                 uint64_t timeout_ns = kWaitForever) {
     if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
@@ -747,6 +753,8 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
     return Status::Ok;
 }
 
+/// Posts a receive of one buffer (post_recv). recv(qp, nullptr, 0, 0): a receive without a
+/// buffer, for a WRITE_IMM's immediate.
 GV_HOST_DEVICE Status recv(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
                            uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
@@ -818,6 +826,33 @@ GV_HOST_DEVICE Status wait_send(const QpHandle& qp, uint32_t n, Completion* out 
 GV_HOST_DEVICE Status wait_recv(const QpHandle& qp, uint32_t n, Completion* out = nullptr,
                                 uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
     return wait_cq(qp, qp.rcq, n, out, timeout_ns, polled);
+}
+
+// ---- QP state ---------------------------------------------------------------------------
+
+/// True when the QP is in ERROR. For a kernel (or CPU thread) that waits on a memory flag
+/// rather than on a completion: it learns that nothing more will come, e.g. after the
+/// library's peer-death watcher (peer process exited), QueuePair::to_error() or a failed
+/// WQE moved the QP there. Everything outstanding then completes with an error (WR_FLUSH_ERR
+/// behind the failure), which wait_send / wait_recv collect. Thread scope, never waits,
+/// cheap enough for every turn of a spin loop. What can be known depends on the backend:
+///   soft          the device's own QP state, read where it lives (exact);
+///   mlx5, verbs   always false: the state lives in the NIC, with no copy a GPU can read.
+///                 There an error shows only as an error completion (the QP is then in ERROR).
+/// Also false for a default-constructed handle, and for a CPU thread holding the handle of a
+/// software device bound to a GPU (its state is GPU memory: ask QueuePair::state()).
+GV_HOST_DEVICE bool qp_in_error(const QpHandle& qp) {
+    if (qp.backend != BackendKind::Soft || qp.soft == nullptr) return false;
+#if !GV_DEVICE_CODE
+    if (!qp.soft_on_host) return false;
+#endif
+    // Acquire, so the cause written before the state (QpState::syndrome: enter_error's CAS
+    // precedes its release store) is seen with it. Device scope, as commit() reads it: on a
+    // GPU device the state is GPU memory, written by executors on that GPU (of this process
+    // or a peer's) or by host copies (to_error, the watcher); a strong load is not served
+    // from a stale L1 line, so a spinning kernel sees the change. On a CPU device it is host
+    // memory and this is a plain CPU acquire load.
+    return atom::load_acquire(&qp.soft->state) == soft::kErr;
 }
 
 }  // namespace dev
