@@ -286,12 +286,15 @@ GV_HOST_DEVICE void client_round(const G& g, const ClientJob& j, uint32_t r, Rou
     if (g.lead()) {
         *out = RoundResult{};
         // The server's executor writes the flag; system scope: it runs in another process.
+        // No completion tells us when the server is gone, but our QP goes to ERROR then (the
+        // library watches the peer process): stop at once rather than at the timeout.
         const uint64_t start = atom::now_ns();
         uint32_t spins = 0;
         unsigned long long v;
         while ((v = atom::load_acquire(j.flag, true)) != r) {
-            if (atom::now_ns() - start > j.timeout_ns) {
-                fail(out, kWaitFlag, Status::Timeout);
+            const bool error = dev::qp_in_error(qp);
+            if (error || atom::now_ns() - start > j.timeout_ns) {
+                fail(out, kWaitFlag, error ? Status::QpError : Status::Timeout);
                 found(out, kNoField, r, v);
                 break;
             }
@@ -726,9 +729,12 @@ std::string describe(const RoundResult& o, bool server, int timeout_ms) {
         }
         case kPostRead: return "posting the READ of the client's C failed: " + sts;
         case kWaitRead: return wait_failed("the READ of the client's C", "the READ of the client's C");
-        case kWaitFlag:
-            return timed_out(format("the server's go flag (expected %llu, read %llu)",
-                                    (unsigned long long)o.expected, (unsigned long long)o.got));
+        case kWaitFlag: {
+            const std::string flag = format("the server's go flag (expected %llu, read %llu)",
+                                            (unsigned long long)o.expected, (unsigned long long)o.got);
+            if (st == Status::QpError) return "stopped waiting for " + flag + ": the QP left RTS";
+            return timed_out(flag);
+        }
         case kPost: return std::string("posting ") + send_what[o.index < 3 ? o.index : 0] + " failed: " + sts;
         case kWaitSends:
             if (st == Status::Timeout)
