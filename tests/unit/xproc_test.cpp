@@ -143,6 +143,7 @@ TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
                std::string("syndrome ") + mlx5::syndrome_name(c[0].status));
         XCHECK(s.qp.state() == QpState::Error, "QP in ERROR after the access error");
         barrier(ch, 2);
+        barrier(ch, 3);  // stay alive until the parent checked its QP (our exit moves it to ERROR)
         return 0;
     });
     ASSERT_GT(child, 0);
@@ -177,6 +178,7 @@ TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
         EXPECT_EQ(*counter.as<uint64_t>(), kCounter0 + 5) << "fetch_add";
         EXPECT_EQ(gvtest::first_not(priv.data(), priv.size(), 0xAB), -1) << "private memory was written";
         EXPECT_EQ(s.qp.state(), QpState::Rts) << "the responder is not affected by the requester's error";
+        barrier(ch, 3);
     }
     expect_exit_ok(wait_child(child));
     EXPECT_LT(ms_since(t0), 10000);
