@@ -1,0 +1,132 @@
+// The doorbell: commit (publish the doorbell record, ring the UAR or run the software device's
+// executor) and drive. Part of gpuverbs/device/queue_pair_device.cuh.
+#pragma once
+
+#include "gpuverbs/device/qp_weak.cuh"
+
+namespace gv {
+namespace dev {
+
+// ---- doorbell ---------------------------------------------------------------------------
+
+/// Moves the send doorbell record forward to `ready`, never backwards when committers
+/// race (16-bit field compared modulo 2^16; rings hold at most 2^15 WQEBBs).
+GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready) {
+    mlx5::advance_dbrec(&qp.dbrec[MLX5_SND_DBR], uint32_t(ready), 16, qp.sys != 0);
+}
+
+/// Rings the doorbell for everything published so far. Scope says who calls: one thread,
+/// all active lanes of the warp, or every thread of the block. On the software device the
+/// calling group executes the QP's published WQEs (cooperatively, in order) unless another
+/// group is already doing so, so call commit with the widest scope you have.
+/// Returns QpNotReady before RTS and QpError in ERROR (work then completes flushed).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status commit(const QpHandle& qp) {
+    if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
+#if GV_DEVICE_CODE
+    // Every WQE the group published before the call is included.
+    bool lead = true;
+    if constexpr (S == Scope::Warp) {
+        soft::WarpGroup g;
+        g.sync();
+        lead = g.leader();
+    }
+    if constexpr (S == Scope::Block) {
+        soft::BlockGroup g;
+        g.sync();
+        lead = g.leader();
+    }
+#else
+    static_assert(S == Scope::Thread, "CPU threads commit at thread scope");
+    const bool lead = true;
+#endif
+    if (lead) sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0));
+    if (qp.backend == BackendKind::Mlx5) {
+        if (lead && qp.uar) {
+            unsigned long long last = atom::load_acquire(&qp.ctr->sq_last, qp.sys != 0);
+            mlx5::ring_uar(qp.uar, reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(qp, last, 0)));
+        }
+        return Status::Ok;
+    }
+    if (qp.backend != BackendKind::Soft) return Status::Ok;
+#if !GV_DEVICE_CODE
+    if (!qp.soft_on_host) {
+        qp.host_doorbell(qp.host_ctx, 0);
+        return Status::Ok;
+    }
+#endif
+    uint32_t state;
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Warp) {
+        soft::WarpGroup g;
+        soft::progress(qp.soft, g);
+    } else if constexpr (S == Scope::Block) {
+        soft::BlockGroup g;
+        soft::progress(qp.soft, g);
+    } else {
+        soft::progress(qp.soft, soft::ThreadGroup{});
+    }
+#else
+    soft::progress(qp.soft, soft::ThreadGroup{});
+#endif
+    state = atom::load_acquire(&qp.soft->state);
+    if (state == soft::kErr) return Status::QpError;
+    if (state != soft::kRts && state != soft::kSqd) return Status::QpNotReady;
+    return Status::Ok;
+}
+
+/// Weak form's publish (see get_position): publishes the n WQEBBs the caller wrote at
+/// get_position().pos .. pos+n-1 (the single-WQEBB WQEs of the *_weak builders), then
+/// rings the doorbell as commit<S> does. Scope: Thread (the caller wrote every WQE, or
+/// synchronized with the threads that did), Warp (every active lane calls), Block (every
+/// thread calls). n larger than get_position().free: InvalidArgument, nothing published.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
+    bool lead = true;
+#if GV_DEVICE_CODE
+    soft::WarpGroup wg;
+    if constexpr (S == Scope::Warp) {
+        // The warp barrier orders every lane's WQE stores before the leader's release
+        // store below (release is cumulative over what the leader observed through it).
+        wg.sync();
+        lead = wg.leader();
+    } else if constexpr (S == Scope::Block) {
+        // Same with the block barrier: thread 0 publishes what every thread wrote.
+        __syncthreads();
+        lead = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+    }
+#else
+    static_assert(S == Scope::Thread, "CPU threads commit at thread scope");
+#endif
+    int st = int(Status::Ok);
+    if (lead && n) {
+        // get_position acquires sq_retired: the claimed slots' old WQEs were retired.
+        SqPosition p = get_position(qp);
+        if (n > p.free) {
+            st = int(Status::InvalidArgument);
+        } else {
+            // Relaxed: only the weak form's owner moves sq_reserved now, and it orders
+            // nothing (the release store of sq_ready below publishes the WQEs).
+            atom::store_relaxed(&qp.ctr->sq_reserved, p.pos + n, qp.sys != 0);
+            // Strong-form WQEs reserved before the caller took the queue are published
+            // first, so the published prefix has no hole; the release makes the WQE bytes
+            // visible to whoever acquires sq_ready, as commit's doorbell-record update does.
+            sq_publish(qp, p.pos, n, p.pos + n - 1);
+        }
+    }
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Warp) {
+        st = __shfl_sync(wg.mask, st, wg.lead);
+    } else if constexpr (S == Scope::Block) {
+        __shared__ int blk_st;
+        if (lead) blk_st = st;
+        __syncthreads();  // commit<Block> syncs again before blk_st can be rewritten
+        st = blk_st;
+    }
+#endif
+    if (st != int(Status::Ok)) return Status(st);
+    return commit<S>(qp);
+}
+
+}  // namespace dev
+}  // namespace gv

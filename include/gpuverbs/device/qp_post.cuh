@@ -1,0 +1,218 @@
+// WQE builders (WRITE, WRITE_IMM, READ, SEND, SEND_IMM, NOP, inline, atomics, put-with-signal)
+// that write one WQE at a reserved position. Part of gpuverbs/device/queue_pair_device.cuh.
+#pragma once
+
+#include "gpuverbs/device/qp_ring.cuh"
+
+namespace gv {
+namespace dev {
+
+// ---- WQE builders (write one WQE at a reserved position) -------------------------------
+
+/// RDMA WRITE / WRITE_IMM / READ / SEND / SEND_IMM with a gather (scatter for READ) list.
+/// Returns the ds count. Zero-length entries are skipped, as rdma-core does.
+GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
+                                      uint32_t flags, uint32_t imm_be, uint64_t raddr,
+                                      uint32_t rkey, const Sge* sg, uint32_t n) {
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
+                      opcode == MLX5_OPCODE_RDMA_READ;
+    uint32_t k = 1;
+    if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, k++)), raddr, rkey);
+    for (uint32_t i = 0; i < n; ++i) {
+        if (!sg[i].length) continue;
+        mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, k++)), sg[i].length,
+                           sg[i].lkey, sg[i].addr);
+    }
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
+                       0, qp.qpn, fm_ce_se(flags), uint8_t(k), 0, imm_be);
+    return k;
+}
+
+GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
+    uint32_t k = (opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM) ? 1 : 2;
+    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
+    return k;
+}
+
+/// Posts one WQE with a gather/scatter list (strong form: the library reserves its
+/// position). Scope as in sq_reserve_group: Thread (any threads, any time), Warp (every
+/// lane of the warp calls, one WQE each), Block (every thread of the block calls). Invalid
+/// arguments return InvalidArgument to the caller only; collective calls stay collective.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,
+                               uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
+                               uint64_t timeout_ns = kWaitForever) {
+    const bool valid = n <= qp.max_send_sge;
+    uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, bbs, &res, timeout_ns);
+    if (st == Status::Ok && valid)
+        build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
+    sq_publish_group<S>(qp, res);
+    return valid ? st : Status::InvalidArgument;
+}
+
+/// RDMA WRITE of [laddr, laddr+len) (lkey) to raddr (rkey) on the peer.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status write(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                            uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
+                            uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_WRITE, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+}
+
+/// RDMA WRITE with immediate: also consumes a receive on the peer, whose completion
+/// carries `imm` and the byte count. The data goes to raddr, not to the receive's buffers,
+/// so that receive may have none (post_recv(qp, nullptr, 0) or recv(qp, nullptr, 0, 0)).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status write_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                                uint64_t raddr, uint32_t rkey, uint32_t imm,
+                                uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_WRITE_IMM, &s, 1, raddr, rkey, imm, flags, timeout_ns);
+}
+
+/// RDMA READ of the peer's [raddr, raddr+len) (rkey) into [laddr, laddr+len) (lkey).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status read(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
+                           uint64_t raddr, uint32_t rkey, uint32_t flags = kSignaled,
+                           uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge<S>(qp, MLX5_OPCODE_RDMA_READ, &s, 1, raddr, rkey, 0, flags, timeout_ns);
+}
+
+/// SEND of [laddr, laddr+len) into the peer's next posted receive.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status send(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                           uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge<S>(qp, MLX5_OPCODE_SEND, &s, 1, 0, 0, 0, flags, timeout_ns);
+}
+
+/// SEND with immediate data (the receive completion carries `imm`).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status send_imm(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                               uint32_t imm, uint32_t flags = kSignaled,
+                               uint64_t timeout_ns = kWaitForever) {
+    Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
+    return post_sge<S>(qp, MLX5_OPCODE_SEND_IMM, &s, 1, 0, 0, imm, flags, timeout_ns);
+}
+
+/// A NOP WQE (completes in order; useful to signal the end of unsignaled work).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
+                          uint64_t timeout_ns = kWaitForever) {
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
+    if (st == Status::Ok)
+        mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
+                           MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
+    sq_publish_group<S>(qp, res);
+    return st;
+}
+
+/// Writes an inline WRITE / SEND WQE at pos (ds: its size, from inline_wqe_ds).
+GV_HOST_DEVICE void build_inline_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
+                                     const void* data, uint32_t len, uint64_t raddr, uint32_t rkey,
+                                     uint32_t imm, uint32_t flags, uint32_t ds) {
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
+    uint32_t k = rdma ? 2 : 1;
+    if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
+    mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
+    const auto* src = static_cast<const uint8_t*>(data);
+    uint64_t ring = 64ull << qp.sq_log_bb;
+    uint64_t off = (pos * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
+    for (uint32_t i = 0; i < len; ++i) qp.sq[(off + i) & (ring - 1)] = src[i];
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
+                       qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
+}
+
+GV_HOST_DEVICE uint32_t inline_wqe_ds(uint8_t opcode, uint32_t len) {
+    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
+    return (rdma ? 2 : 1) + mlx5::inline_ds(len);
+}
+
+/// Inline RDMA WRITE / SEND: the payload travels inside the WQE (len <= max_inline, else
+/// InvalidArgument at post time).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void* data, uint32_t len,
+                                  uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
+                                  uint64_t timeout_ns = kWaitForever) {
+    const uint32_t ds = inline_wqe_ds(opcode, len);
+    const bool valid = len <= qp.max_inline && ds <= mlx5::kMaxDs;
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, valid ? mlx5::ds_to_bbs(ds) : 0, &res, timeout_ns);
+    if (st == Status::Ok && valid) build_inline_wqe(qp, res.pos, opcode, data, len, raddr, rkey, imm, flags, ds);
+    sq_publish_group<S>(qp, res);
+    return valid ? st : Status::InvalidArgument;
+}
+
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status write_inline(const QpHandle& qp, const void* data, uint32_t len, uint64_t raddr,
+                                   uint32_t rkey, uint32_t flags = kSignaled,
+                                   uint64_t timeout_ns = kWaitForever) {
+    return post_inline<S>(qp, MLX5_OPCODE_RDMA_WRITE, data, len, raddr, rkey, 0, flags, timeout_ns);
+}
+
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status send_inline(const QpHandle& qp, const void* data, uint32_t len,
+                                  uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    return post_inline<S>(qp, MLX5_OPCODE_SEND, data, len, 0, 0, 0, flags, timeout_ns);
+}
+
+/// Writes an atomic WQE (one WQEBB) at pos.
+GV_HOST_DEVICE void build_atomic_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode, void* laddr,
+                                     uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+                                     uint64_t compare, uint32_t flags) {
+    mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
+    mlx5::set_atomic_seg(reinterpret_cast<mlx5_wqe_atomic_seg*>(sq_seg(qp, pos, 2)), swap_add, compare);
+    mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
+                       reinterpret_cast<uint64_t>(laddr));
+    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
+                       qp.qpn, fm_ce_se(flags), 4, 0, 0);
+}
+
+/// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add
+/// (opcode MLX5_OPCODE_ATOMIC_FA) or compare-and-swap (MLX5_OPCODE_ATOMIC_CS). The old
+/// value lands in [laddr, laddr+8) (lkey, local-write access).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* laddr, uint32_t lkey,
+                                  uint64_t raddr, uint32_t rkey, uint64_t swap_add,
+                                  uint64_t compare, uint32_t flags = kSignaled,
+                                  uint64_t timeout_ns = kWaitForever) {
+    Reservation res;
+    Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
+    if (st == Status::Ok) build_atomic_wqe(qp, res.pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags);
+    sq_publish_group<S>(qp, res);
+    return st;
+}
+
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status fetch_add(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
+                                uint32_t rkey, uint64_t add, uint32_t flags = kSignaled,
+                                uint64_t timeout_ns = kWaitForever) {
+    return post_atomic<S>(qp, MLX5_OPCODE_ATOMIC_FA, laddr, lkey, raddr, rkey, add, 0, flags, timeout_ns);
+}
+
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status compare_swap(const QpHandle& qp, uint64_t* laddr, uint32_t lkey, uint64_t raddr,
+                                   uint32_t rkey, uint64_t compare, uint64_t swap,
+                                   uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    return post_atomic<S>(qp, MLX5_OPCODE_ATOMIC_CS, laddr, lkey, raddr, rkey, swap, compare, flags, timeout_ns);
+}
+
+/// Put with signal: a WRITE of [laddr, laddr+len) to raddr, then a fetch-add of `add` on
+/// the peer's 8-byte signal word. RC executes them in order, so a peer that sees the
+/// signal change sees the data. The signal's old value lands in *old (local write access).
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status put_signal(const QpHandle& qp, const void* laddr, uint32_t len, uint32_t lkey,
+                                 uint64_t raddr, uint32_t rkey, uint64_t* old, uint32_t old_lkey,
+                                 uint64_t signal_addr, uint32_t signal_rkey, uint64_t add,
+                                 uint32_t flags = kSignaled, uint64_t timeout_ns = kWaitForever) {
+    Status st = write<S>(qp, laddr, len, lkey, raddr, rkey, 0, timeout_ns);
+    if (st != Status::Ok) return st;
+    return fetch_add<S>(qp, old, old_lkey, signal_addr, signal_rkey, add, flags, timeout_ns);
+}
+
+}  // namespace dev
+}  // namespace gv

@@ -1,0 +1,222 @@
+// Send- and receive-ring positions: reservation (thread, warp and block scope) and in-order
+// publication. Part of gpuverbs/device/queue_pair_device.cuh.
+#pragma once
+
+#include "gpuverbs/device/queue_pair_handle.cuh"
+
+namespace gv {
+namespace dev {
+
+// ---- positions ------------------------------------------------------------------------
+
+GV_HOST_DEVICE uint8_t* sq_seg(const QpHandle& qp, unsigned long long pos_bb, uint32_t k) {
+    uint64_t ring = 64ull << qp.sq_log_bb;
+    // A WQE that runs past the ring's end continues at its start, as on mlx5.
+    return qp.sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
+}
+
+/// Reserves n entries of a ring whose positions are handed out by *reserved and freed by
+/// *retired (advanced by completion polling); waits up to timeout_ns while it lacks room.
+/// On Timeout nothing is reserved.
+GV_HOST_DEVICE Status ring_reserve(unsigned long long* reserved, const unsigned long long* retired, uint32_t n,
+                                   unsigned long long ring, bool sys, uint64_t timeout_ns,
+                                   unsigned long long* pos) {
+    if (n > ring) return Status::InvalidArgument;
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    for (;;) {
+        unsigned long long r = atom::load_relaxed(reserved, sys);
+        unsigned long long done = atom::load_acquire(retired, sys);
+        if (r + n - done <= ring) {
+            // Relaxed: the acquire load of *retired above already orders the slots'
+            // retirement before our stores into them; the counter itself guards no data.
+            if (atom::cas_relaxed(reserved, r, r + n, sys)) {
+                *pos = r;
+                return Status::Ok;
+            }
+            continue;
+        }
+        if (timeout_ns != kWaitForever) {
+            uint64_t now = atom::now_ns();
+            if (!start) start = now;
+            else if (now - start > timeout_ns) return Status::Timeout;
+        }
+        spin_pause(spins);
+    }
+}
+
+/// Waits until every earlier reservation of a ring is published (*ready == pos), then
+/// publishes [pos, end) with a release store: the caller's entries (and *last_slot = last,
+/// written once it is our turn, so it never moves backwards) are visible to whoever
+/// acquires *ready. Earlier reservers are running threads that only write their entries
+/// before publishing, so the wait always ends.
+GV_HOST_DEVICE void publish_in_order(unsigned long long* ready, unsigned long long pos, unsigned long long end,
+                                     bool sys, unsigned long long* last_slot = nullptr,
+                                     unsigned long long last = 0) {
+    uint32_t spins = 0;
+    while (atom::load_acquire(ready, sys) != pos) spin_pause(spins);
+    if (last_slot) atom::store_relaxed(last_slot, last, sys);
+    atom::store_release(ready, end, sys);
+}
+
+/// Reserves `bbs` WQEBBs; waits (up to timeout_ns) while the ring lacks room. Completions
+/// must be polled (by anyone) for slots to be freed. On Timeout nothing is reserved.
+GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long long* pos,
+                                 uint64_t timeout_ns) {
+    return ring_reserve(&qp.ctr->sq_reserved, &qp.ctr->sq_retired, bbs, 1ull << qp.sq_log_bb, qp.sys != 0,
+                        timeout_ns, pos);
+}
+
+/// Publishes WQEBBs [pos, pos+bbs) in reservation order; `last` is the position of the
+/// last WQE among them (what an mlx5 doorbell carries).
+GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs,
+                               unsigned long long last = ~0ull) {
+    publish_in_order(&qp.ctr->sq_ready, pos, pos + bbs, qp.sys != 0, &qp.ctr->sq_last,
+                     last == ~0ull ? pos : last);
+}
+
+/// A send-queue reservation made by one thread, jointly by the converged lanes of a warp
+/// posting to the same QP, or by a whole block (one atomic and one publication for all).
+struct Reservation {
+    unsigned long long pos;   ///< this thread's first WQEBB
+    unsigned long long base;  ///< the group's first WQEBB
+    unsigned long long last;  ///< position of the group's last WQE
+    uint32_t total;           ///< WQEBBs of the whole group (0: nothing to publish)
+    uint32_t mask;            ///< lanes of the group (warp form), 0 otherwise
+    uint32_t leader;          ///< lane that reserved and publishes (warp form)
+    Status status;            ///< Ok, or why nothing was reserved (same for the group)
+};
+
+/// Reserves `bbs` WQEBBs for the calling thread (bbs may be 0: the thread takes part in a
+/// collective reservation without posting).
+///  - Thread / Warp scope: the converged lanes of a warp that reserve on the same QP at the
+///    same time share one reservation (warp aggregation), ranks ordered by lane. Warp scope
+///    additionally promises that every lane of the warp calls.
+///  - Block scope: every thread of the block calls; thread 0 reserves for all, ranks ordered
+///    by linear thread index.
+/// Waits up to timeout_ns for room; on Timeout nothing is reserved, for any member.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
+                                       uint64_t timeout_ns) {
+    if (qp.ctr == nullptr) {  // a default-constructed handle: uniform across any group
+        *res = Reservation{};
+        res->status = Status::InvalidArgument;
+        return res->status;
+    }
+#if GV_DEVICE_CODE
+    namespace cg = cooperative_groups;
+    if constexpr (S == Scope::Block) {
+        __shared__ uint32_t warp_off[32];
+        __shared__ unsigned long long blk_base, blk_last;
+        __shared__ uint32_t blk_total;
+        __shared__ int blk_st;
+        const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+        const uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
+        const uint32_t lane = tid & 31, wid = tid >> 5;
+        const uint32_t wmask = __activemask();
+        uint32_t incl = bbs;
+        for (uint32_t o = 1; o < 32; o <<= 1) {
+            uint32_t v = __shfl_up_sync(wmask, incl, o);
+            if (lane >= o) incl += v;
+        }
+        const uint32_t wsize = min(32u, nthreads - wid * 32);
+        if (lane == wsize - 1) warp_off[wid] = incl;  // the warp's total, for now
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t run = 0;
+            for (uint32_t w = 0; w < (nthreads + 31) / 32; ++w) {
+                uint32_t t = warp_off[w];
+                warp_off[w] = run;
+                run += t;
+            }
+            blk_total = run;
+            unsigned long long b = 0;
+            blk_st = run ? int(sq_reserve(qp, run, &b, timeout_ns)) : int(Status::Ok);
+            blk_base = b;
+        }
+        __syncthreads();
+        res->pos = blk_base + warp_off[wid] + incl - bbs;
+        if (tid == nthreads - 1) blk_last = res->pos;
+        __syncthreads();
+        res->base = blk_base;
+        res->last = blk_last;
+        res->total = blk_total;
+        res->mask = 0;
+        res->leader = 0;
+        res->status = Status(blk_st);
+        return res->status;
+    } else {
+        const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.ctr));
+        auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.ctr));
+        uint32_t excl = cg::exclusive_scan(grp, bbs);
+        uint32_t total = cg::reduce(grp, bbs, cg::plus<uint32_t>());
+        // The last WQE is the one of the highest-ranked member that posts one.
+        uint32_t last_off = excl;
+        uint32_t posting = bbs ? grp.thread_rank() : 0;
+        uint32_t last_rank = cg::reduce(grp, posting, cg::greater<uint32_t>());
+        last_off = grp.shfl(last_off, last_rank);
+        unsigned long long base = 0;
+        int st = int(Status::Ok);
+        if (grp.thread_rank() == 0 && total) st = int(sq_reserve(qp, total, &base, timeout_ns));
+        st = grp.shfl(st, 0);
+        base = grp.shfl(base, 0);
+        res->pos = base + excl;
+        res->base = base;
+        res->last = base + last_off;
+        res->total = total;
+        res->mask = mask;
+        res->leader = __ffs(mask) - 1;
+        res->status = Status(st);
+        return res->status;
+    }
+#else
+    static_assert(S == Scope::Thread, "CPU threads post at thread scope");
+    res->mask = 0;
+    res->leader = 0;
+    res->total = bbs;
+    res->pos = 0;
+    res->status = bbs ? sq_reserve(qp, bbs, &res->pos, timeout_ns) : Status::Ok;
+    res->base = res->last = res->pos;
+    return res->status;
+#endif
+}
+
+/// The group leader's part of publication: after every earlier reservation, the group's
+/// WQEBBs become the published prefix (release: the members' WQE stores, ordered before by
+/// the group barrier, are visible to whoever acquires sq_ready).
+GV_HOST_DEVICE void sq_publish_range(const QpHandle& qp, const Reservation& res) {
+    if (res.total && res.status == Status::Ok) sq_publish(qp, res.base, res.total, res.last);
+}
+
+/// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
+/// published (so a commit by any member includes them). Collective like the reservation.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res) {
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Block) {
+        // The block barrier orders every thread's WQE stores before thread 0's release
+        // store (release is cumulative over what thread 0 observed through the barrier).
+        __syncthreads();
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) sq_publish_range(qp, res);
+        __syncthreads();
+    } else {
+        // Same reasoning with the warp barrier.
+        __syncwarp(res.mask);
+        uint32_t lane;
+        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+        if (lane == res.leader) sq_publish_range(qp, res);
+        __syncwarp(res.mask);
+    }
+#else
+    if (res.total && res.status == Status::Ok) sq_publish(qp, res.pos, res.total);
+#endif
+}
+
+GV_HOST_DEVICE uint8_t fm_ce_se(uint32_t flags) {
+    return uint8_t(((flags & kSignaled) ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
+                   ((flags & kFence) ? MLX5_WQE_CTRL_FENCE : 0) |
+                   ((flags & kSolicited) ? MLX5_WQE_CTRL_SOLICITED : 0));
+}
+
+}  // namespace dev
+}  // namespace gv
