@@ -152,6 +152,27 @@ __global__ void send_one(dev::QpHandle h, const uint8_t* src, uint32_t len, uint
     r->st[0] = dev::send(h, src, len, lkey);
     r->st[1] = dev::commit(h);
 }
+// Waits for *flag != 0 or for the QP to be in ERROR (bounded): st[0] says which
+// (Ok / QpError / Timeout), n the milliseconds it waited.
+__global__ void wait_flag_or_error(dev::QpHandle h, volatile int* flag, uint64_t timeout_ns, Result* r) {
+    uint64_t t0 = atom::now_ns();
+    Status st = Status::Timeout;
+    for (;;) {
+        if (*flag) {
+            st = Status::Ok;
+            break;
+        }
+        if (dev::qp_in_error(h)) {
+            st = Status::QpError;
+            break;
+        }
+        if (atom::now_ns() - t0 > timeout_ns) break;
+        __nanosleep(1000);
+    }
+    r->st[0] = st;
+    r->n = uint32_t((atom::now_ns() - t0) / 1000000);
+}
+
 // Streams WRITEs until one fails or `stop` is set (the test kills the process first).
 __global__ void stream_writes(dev::QpHandle h, const uint8_t* src, uint32_t lkey, RemoteBuffer dst,
                               volatile int* stop, Result* r) {
@@ -354,6 +375,15 @@ TEST(GpuCrossProcess, PeerKilledMidStreamFlushesTheSurvivor) {
     send_one<<<1, 1>>>(s.h(), sbuf.as<uint8_t>(), 64, mb.lkey(), r);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(r->st[1], Status::Ok);
+    // A kernel of ours that waits on a flag the dead peer will never write learns of the
+    // peer's death through its QP's state (dev::qp_in_error), on a stream of its own.
+    Result* w = new_result();
+    int* never = nullptr;
+    ASSERT_EQ(cudaMalloc(&never, sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(never, 0, sizeof(int)), cudaSuccess);
+    cudaStream_t side;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    wait_flag_or_error<<<1, 1, 0, side>>>(s.h(), never, 20 * kNs, w);
     ASSERT_EQ(kill(child, SIGKILL), 0);
     const auto t0 = Clock::now();
     std::string cuda_failure;
@@ -366,6 +396,9 @@ TEST(GpuCrossProcess, PeerKilledMidStreamFlushesTheSurvivor) {
         CK(cudaDeviceSynchronize());
         ASSERT_EQ(r->st[2], Status::CompletionError) << status_name(r->st[2]);
         EXPECT_EQ(r->c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << mlx5::syndrome_name(r->c[0].status);
+        CK(cudaStreamSynchronize(side));
+        EXPECT_EQ(w->st[0], Status::QpError) << "the waiting kernel did not see ERROR: " << status_name(w->st[0]);
+        EXPECT_LT(w->n, 5000u) << "ms until the waiting kernel saw ERROR";
         for (uint32_t done = 0; done < kRecvs; done += 8) {
             std::memset(r, 0, sizeof *r);
             wait_recvs<<<1, 1>>>(s.h(), 8, r, 5 * kNs);
@@ -392,6 +425,9 @@ TEST(GpuCrossProcess, PeerKilledMidStreamFlushesTheSurvivor) {
     }
     int st = wait_child(child);
     EXPECT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
+    cudaStreamDestroy(side);
+    cudaFree(never);
+    cudaFree(w);
     cudaFree(r);  // objects are destroyed after this; none may throw from a destructor
 }
 
