@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"
@@ -41,14 +42,14 @@
 #endif
 
 using namespace gv;
+using gvbench::Buffer;
+using gvbench::Event;
+using gvbench::Failure;
+using gvbench::Mem;
+using gvbench::record_failure;
+using gvbench::Step;
 
 namespace {
-
-#define CK(call)                                                                           \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) throw CudaError(std::string(#call) + ": " + cudaGetErrorString(e_), e_); \
-    } while (0)
 
 enum class Mode { Loopback, Server, Client };
 
@@ -112,10 +113,10 @@ __device__ __forceinline__ uint64_t off_of(uint32_t i, uint32_t size, uint64_t s
     return (uint64_t(i) * size) % (slice - size + 1);
 }
 
-// Block-uniform: true when some block of the kernel counted a failure in *err.
-__device__ bool block_stop(int* err) {
+// Block-uniform: true when some block of the kernel recorded a failure in *fail.
+__device__ bool block_stop(Failure* fail) {
     __shared__ int stop;
-    if (threadIdx.x == 0) stop = atomicAdd(err, 0);
+    if (threadIdx.x == 0) stop = atomicAdd(&fail->count, 0u);
     __syncthreads();
     bool r = stop != 0;
     __syncthreads();  // everyone read `stop` before thread 0 may write it again
@@ -123,25 +124,33 @@ __device__ bool block_stop(int* err) {
 }
 
 // op: 0 write, 1 read, 2 send. Blocks [0, Q) post; for send, blocks [Q, 2Q) receive (with
-// nq = 0 every block receives: the two-process server of send_bw). kStop (two-process mode):
-// leave at the first failure, since every later wait on a dead peer would wait out its own
-// timeout.
+// nq = 0 every block receives: the two-process server of send_bw). Every failed call is
+// recorded in *fail (the first one with its QP, work request and status; the waits keep no
+// completion, which would cost the kernel registers: the host adds the failed QP's state and
+// syndrome). kStop (two-process mode): leave at the first failure, since every later wait on
+// a dead peer would wait out its own timeout.
 template <bool kStop>
-__global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters, int* err) {
+__global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
+                          Failure* fail) {
     if (blockIdx.x >= nq) {  // receiver of a send_bw pair
-        const Job& j = jobs[blockIdx.x - nq];
+        const uint32_t q = blockIdx.x - nq;
+        const Job& j = jobs[q];
         for (uint32_t base = 0; base < iters; base += blockDim.x) {
             uint32_t n = min(blockDim.x, iters - base);
             if (threadIdx.x < n) {
                 uint64_t off = off_of(base + threadIdx.x, size, j.slice);
-                if (dev::recv(j.peer, j.dst + off, size, j.dkey) != Status::Ok) atomicAdd(err, 1);
+                Status st = dev::recv(j.peer, j.dst + off, size, j.dkey);
+                if (st != Status::Ok)
+                    record_failure(fail, Step::PostRecv, q, j.peer.qpn, base + threadIdx.x, st);
             }
             __syncthreads();
-            if (threadIdx.x == 0 && dev::wait_recv(j.peer, n, nullptr, 20'000'000'000ull) != Status::Ok)
-                atomicAdd(err, 1);
+            if (threadIdx.x == 0) {
+                Status st = dev::wait_recv(j.peer, n, nullptr, 20'000'000'000ull);
+                if (st != Status::Ok) record_failure(fail, Step::WaitRecv, q, j.peer.qpn, base + n - 1, st);
+            }
             __syncthreads();
             if constexpr (kStop) {
-                if (block_stop(err)) return;
+                if (block_stop(fail)) return;
             }
         }
         return;
@@ -157,26 +166,34 @@ __global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, u
             if (op == 0) st = dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
             else if (op == 1) st = dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
             else st = dev::send(j.qp, j.src + off, size, j.lkey, fl);
-            if (st != Status::Ok) atomicAdd(err, 1);
+            if (st != Status::Ok) record_failure(fail, Step::Post, blockIdx.x, j.qp.qpn, i, st);
         }
-        dev::commit<Scope::Block>(j.qp);
-        if (threadIdx.x == 0 && dev::wait_send(j.qp, 1, nullptr, 20'000'000'000ull) != Status::Ok) atomicAdd(err, 1);
+        const Status cs = dev::commit<Scope::Block>(j.qp);
+        if (threadIdx.x == 0) {
+            if (cs != Status::Ok) record_failure(fail, Step::Commit, blockIdx.x, j.qp.qpn, base + n - 1, cs);
+            const Status ws = dev::wait_send(j.qp, 1, nullptr, 20'000'000'000ull);
+            if (ws != Status::Ok)
+                record_failure(fail, Step::WaitSend, blockIdx.x, j.qp.qpn, base + n - 1, ws);
+        }
         __syncthreads();
         if constexpr (kStop) {
-            if (block_stop(err)) return;
+            if (block_stop(fail)) return;
         }
     }
 }
 
 // Ping-pong: the initiator writes i to the peer's slot and stamps until the peer's answer i
 // lands in its own slot; the responder waits for i, then answers with i. kSide -1 (loopback):
-// block 0 of two initiates with job a, block 1 answers with job b. kSide 0 / 1 (two-process):
-// the one block is the initiator / the responder, with job a.
+// block 0 of two initiates with job a (QP 0), block 1 answers with job b (QP 1). kSide 0 / 1
+// (two-process): the one block is the initiator / the responder, with job a (QP 0). A failure
+// is recorded in *fail and ends the block (the peer's next wait then times out).
 template <int kSide>
-__global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned long long* stamps, int* err) {
+__global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned long long* stamps,
+                           Failure* fail) {
     const bool initiator = kSide < 0 ? blockIdx.x == 0 : kSide == 0;
     const bool responder = kSide < 0 ? blockIdx.x == 1 : kSide == 1;
     const Job& me = kSide < 0 ? (blockIdx.x == 0 ? a : b) : a;
+    const uint32_t q = kSide < 0 ? blockIdx.x : 0;
     volatile uint64_t* mine = reinterpret_cast<uint64_t*>(me.src + 4096);  // where the peer's writes land
     uint64_t* out = reinterpret_cast<uint64_t*>(me.src);                    // what we send
     if (threadIdx.x != 0) return;
@@ -184,18 +201,36 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
         if (responder) {
             uint64_t t0 = atom::now_ns();
             while (atom::load_acquire(reinterpret_cast<uint64_t*>(const_cast<uint64_t*>(mine)) + (size / 8 - 1)) != i)
-                if (atom::now_ns() - t0 > 5'000'000'000ull) { atomicAdd(err, 1); return; }
+                if (atom::now_ns() - t0 > 5'000'000'000ull) {
+                    record_failure(fail, Step::AwaitPing, q, me.qp.qpn, i - 1, Status::Timeout);
+                    return;
+                }
         } else {
             stamps[i - 1] = atom::now_ns();
         }
         out[size / 8 - 1] = i;
-        dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey, (i % 64) == 0 ? kSignaled : 0);
-        dev::commit(me.qp);
-        if (i % 64 == 0 && dev::wait_send(me.qp, 1, nullptr, 5'000'000'000ull) != Status::Ok) atomicAdd(err, 1);
+        const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey,
+                                     (i % 64) == 0 ? kSignaled : 0);
+        const Status cs = dev::commit(me.qp);
+        if (ws != Status::Ok || cs != Status::Ok) {
+            record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, q, me.qp.qpn, i - 1,
+                           ws != Status::Ok ? ws : cs);
+            return;
+        }
+        if (i % 64 == 0) {
+            const Status st = dev::wait_send(me.qp, 1, nullptr, 5'000'000'000ull);
+            if (st != Status::Ok) {
+                record_failure(fail, Step::WaitSend, q, me.qp.qpn, i - 1, st);
+                return;
+            }
+        }
         if (initiator) {
             uint64_t t0 = atom::now_ns();
             while (atom::load_acquire(reinterpret_cast<uint64_t*>(const_cast<uint64_t*>(mine)) + (size / 8 - 1)) != i)
-                if (atom::now_ns() - t0 > 5'000'000'000ull) { atomicAdd(err, 1); return; }
+                if (atom::now_ns() - t0 > 5'000'000'000ull) {
+                    record_failure(fail, Step::AwaitPong, q, me.qp.qpn, i - 1, Status::Timeout);
+                    return;
+                }
             stamps[i - 1] = atom::now_ns() - stamps[i - 1];
         }
     }
@@ -203,59 +238,87 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
 
 // CPU-initiated: post lists of `list` WQEs (the last one signaled), one doorbell per list,
 // up to kCpuLists lists in flight (CQ moderation as perftest's tx-depth), polled without
-// blocking the posting of the next list.
+// blocking the posting of the next list. A thread stops at its first failure (recorded in
+// *fail) or when a list's completion does not come within kCpuWaitNs (as the kernels' waits).
 constexpr uint32_t kCpuLists = 4;
+constexpr uint64_t kCpuWaitNs = 20'000'000'000ull;
 
-void cpu_bw(const Job& j, int op, uint32_t size, uint32_t iters, uint32_t list, int* err) {
-    uint32_t outstanding = 0;
+void cpu_bw(const Job& j, uint32_t q, int op, uint32_t size, uint32_t iters, uint32_t list, Failure* fail) {
+    uint32_t outstanding = 0, reaped = 0;  // lists in flight, lists completed
+    // The signaled (last) work request of list k.
+    auto last_of = [&](uint32_t k) {
+        return uint32_t(std::min<uint64_t>(uint64_t(k + 1) * list, iters) - 1);
+    };
+    // Polls the send CQ; block: until a completion comes. False after a failure.
     auto reap = [&](bool block) {
         Completion c[kCpuLists];
+        uint32_t idle = 0;
+        uint64_t t0 = 0;
         for (;;) {
             uint32_t k = dev::poll_cq(j.qp.scq, c, kCpuLists);
             for (uint32_t i = 0; i < k; ++i)
-                if (!c[i].ok()) __atomic_add_fetch(err, 1, __ATOMIC_RELAXED);
+                if (!c[i].ok()) {
+                    record_failure(fail, Step::WaitSend, q, j.qp.qpn, last_of(reaped + i),
+                                   Status::CompletionError, c[i]);
+                    return false;
+                }
             outstanding -= k;
-            if (k || !block) return;
+            reaped += k;
+            if (k || !block) return true;
+            if ((++idle & 63) == 0) {  // bounded wait: read the clock now and then
+                const uint64_t now = atom::now_ns();
+                if (!t0) t0 = now;
+                else if (now - t0 > kCpuWaitNs) {
+                    record_failure(fail, Step::WaitSend, q, j.qp.qpn, last_of(reaped), Status::Timeout);
+                    return false;
+                }
+            }
             std::this_thread::yield();
         }
     };
     for (uint32_t base = 0; base < iters; base += list) {
         uint32_t n = std::min(list, iters - base);
-        while (outstanding >= kCpuLists) reap(true);
+        while (outstanding >= kCpuLists)
+            if (!reap(true)) return;
         for (uint32_t k = 0; k < n; ++k) {
             uint64_t off = (uint64_t(base + k) * size) % (j.slice - size + 1);
             uint32_t fl = k == n - 1 ? kSignaled : 0;
             Status st = op == 0 ? dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
                                 : dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
-            if (st != Status::Ok) __atomic_add_fetch(err, 1, __ATOMIC_RELAXED);
+            if (st != Status::Ok) {
+                record_failure(fail, Step::Post, q, j.qp.qpn, base + k, st);
+                return;
+            }
         }
-        dev::commit(j.qp);
+        const Status cs = dev::commit(j.qp);
+        if (cs != Status::Ok) {
+            record_failure(fail, Step::Commit, q, j.qp.qpn, base + n - 1, cs);
+            return;
+        }
         ++outstanding;
-        reap(false);
+        if (!reap(false)) return;
     }
-    while (outstanding) reap(true);
+    while (outstanding)
+        if (!reap(true)) return;
 }
 
+// Bytes per second of a cudaMemcpy device to device of `bytes`, best of five.
 double memcpy_ceiling(size_t bytes) {
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    Buffer<uint8_t> a(bytes), b(bytes);
+    Event e0, e1;
+    CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
     float best = 1e30f;
     for (int r = 0; r < 5; ++r) {
-        cudaEventRecord(e0);
-        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        best = std::min(best, ms);
+        // Between the two records nothing but the copy: their results are checked after.
+        const cudaError_t rec0 = cudaEventRecord(e0);
+        const cudaError_t copy = cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice);
+        const cudaError_t rec1 = cudaEventRecord(e1);
+        CUDA_CHECK(rec0);
+        CUDA_CHECK(copy);
+        CUDA_CHECK(rec1);
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        best = std::min(best, gvbench::elapsed_ms(e0, e1));
     }
-    cudaFree(a);
-    cudaFree(b);
     return bytes / (best / 1e3) / 1e9;
 }
 
@@ -264,6 +327,33 @@ double memcpy_ceiling(size_t bytes) {
 const char* const kOps[] = {"write", "read", "send"};
 int op_index(const std::string& op) { return op == "write" ? 0 : op == "read" ? 1 : 2; }
 const char* mode_name(const Opts& o) { return o.mode == Mode::Loopback ? "loopback" : "two-process"; }
+
+// Which repetition of a bandwidth measurement ("" for latency).
+std::string run_label(const Opts& o, uint32_t rep) {
+    if (o.lat) return "";
+    return ", run " + std::to_string(rep) + " of 0.." + std::to_string(o.reps) + " (0: warm-up)";
+}
+
+// A failure record in words: what `who` ran (test, size, `run`), which QP, call, status and
+// syndrome failed, and the state that QP (one of `qps`) is in now.
+std::string failure_text(const Opts& o, const std::string& who, uint32_t size, const std::string& run,
+                         const Failure& f, const std::vector<std::unique_ptr<QueuePair>>& qps) {
+    const char* const what[] = {"WRITE", "READ", "SEND"};
+    std::string s = who + " failed (gv_" + o.op + (o.lat ? "_lat" : "_bw") + ", initiator " +
+                    (o.gpu_init ? "gpu" : "cpu") + ", " + std::to_string(size) + " bytes" + run +
+                    "): " + gvbench::describe(f, what[op_index(o.op)]);
+    for (const auto& q : qps) {
+        if (q->qpn() != f.qpn) continue;
+        try {  // a failed CUDA context may make even this fail: it only adds to the message
+            const QpState st = q->state();
+            s += std::string("; the QP is now in ") + qp_state_name(st);
+            if (st == QpState::Error && q->error_syndrome())
+                s += std::string(" (syndrome ") + mlx5::syndrome_name(q->error_syndrome()) + ")";
+        } catch (const std::exception&) {
+        }
+    }
+    return s;
+}
 
 // Bytes per QP of the source and of the target: room for min(threads, 64) messages of the
 // largest size.
@@ -356,10 +446,12 @@ void print_bw_row(const Opts& o, uint32_t nq, uint32_t size, const std::vector<d
 // ---- loopback: QP pairs of one process ----------------------------------------------------------
 
 int run_loopback(Opts& o) {
-    if (Context::gpu_count() == 0) throw NotSupported("no CUDA GPU visible: the benchmarks need one");
+    gvbench::require_gpu();
+    const int op = op_index(o.op);
+    if (!o.gpu_init && (op == 2 || o.lat))
+        throw NotSupported("--initiator cpu supports write_bw and read_bw");
     Context ctx(ContextOptions{Backend::Soft, 0});
     ProtectionDomain pd(ctx);
-    const int op = op_index(o.op);
     const uint32_t nq = o.lat ? 1 : o.qps;
     MemoryKind qmem = o.gpu_init ? MemoryKind::Device : MemoryKind::Host;
     std::vector<std::unique_ptr<CompletionQueue>> cqs;
@@ -371,51 +463,44 @@ int run_loopback(Opts& o) {
     }
     const uint64_t slice = slice_bytes(o);
     uint64_t total = slice * nq;
-    uint8_t *src, *dst;
-    if (o.host_mem) {
-        CK(cudaHostAlloc(&src, total, cudaHostAllocMapped));
-        CK(cudaHostAlloc(&dst, total, cudaHostAllocMapped));
-    } else {
-        CK(cudaMalloc(&src, total));
-        CK(cudaMalloc(&dst, total));
-    }
-    CK(cudaMemset(src, 0x5a, total));
-    CK(cudaMemset(dst, 0, total));
+    // Declared before the regions over them: the regions go first.
+    const Mem bmem = o.host_mem ? Mem::HostMapped : Mem::Device;
+    Buffer<uint8_t> src_buf(total, bmem), dst_buf(total, bmem);
+    uint8_t *src = src_buf.get(), *dst = dst_buf.get();
+    CUDA_CHECK(cudaMemset(src, 0x5a, total));
+    CUDA_CHECK(cudaMemset(dst, 0, total));
     MemoryRegion ms(pd, src, total, kAllAccess), md(pd, dst, total, kAllAccess);
     std::vector<Job> jobs(nq);
     for (uint32_t q = 0; q < nq; ++q)
         jobs[q] = Job{qps[2 * q]->device_handle(), qps[2 * q + 1]->device_handle(), src + q * slice,
                       dst + q * slice, ms.lkey(), md.rkey(), md.lkey(), slice};
-    Job* d_jobs;
-    int* d_err;
-    CK(cudaMalloc(&d_jobs, jobs.size() * sizeof(Job)));
-    CK(cudaMemcpy(d_jobs, jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&d_err, sizeof(int)));
-    CK(cudaMemset(d_err, 0, sizeof(int)));
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    Buffer<Job> d_jobs(jobs.size());
+    CUDA_CHECK(cudaMemcpy(d_jobs.get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
+    Buffer<Failure> d_fail(1);
+    CUDA_CHECK(cudaMemset(d_fail.get(), 0, sizeof(Failure)));
+    const std::string gpu = gvbench::gpu_name();
 
     if (o.lat) {
-        print_lat_header(o, prop.name, "");
+        print_lat_header(o, gpu.c_str(), "");
+        Buffer<unsigned long long> d_st(o.iters);
         for (uint32_t size : o.sizes) {
             size = std::max<uint32_t>(8, size & ~7u);
             if (size > 4096) continue;
-            unsigned long long* d_st;
-            CK(cudaMalloc(&d_st, sizeof(unsigned long long) * o.iters));
             Job a = jobs[0];
             Job b{qps[1]->device_handle(), {}, dst, src, md.lkey(), ms.rkey(), 0, slice};
-            CK(cudaMemset(src, 0, slice));
-            CK(cudaMemset(dst, 0, slice));
-            lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st, d_err);
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
+            CUDA_CHECK(cudaMemset(src, 0, slice));
+            CUDA_CHECK(cudaMemset(dst, 0, slice));
+            lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get());
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const Failure f = gvbench::read_failure(d_fail.get());
+            if (f.count) throw Error(failure_text(o, "the ping-pong kernel", size, "", f, qps));
             std::vector<unsigned long long> st(o.iters);
-            CK(cudaMemcpy(st.data(), d_st, st.size() * 8, cudaMemcpyDeviceToHost));
-            cudaFree(d_st);
+            CUDA_CHECK(cudaMemcpy(st.data(), d_st.get(), st.size() * 8, cudaMemcpyDeviceToHost));
             print_lat_row(o, size, st);
         }
     } else {
-        print_bw_header(o, prop.name, nq, "");
+        print_bw_header(o, gpu.c_str(), nq, "");
         for (uint32_t size : o.sizes) {
             if (size > slice) continue;
             std::vector<double> secs;
@@ -423,26 +508,30 @@ int run_loopback(Opts& o) {
                 auto t0 = std::chrono::steady_clock::now();
                 float ms = 0;
                 if (o.gpu_init) {
-                    cudaEvent_t e0, e1;
-                    cudaEventCreate(&e0);
-                    cudaEventCreate(&e1);
-                    cudaEventRecord(e0);
-                    bw_kernel<false><<<op == 2 ? 2 * nq : nq, o.threads>>>(d_jobs, nq, op, size, o.iters, d_err);
-                    cudaEventRecord(e1);
-                    CK(cudaGetLastError());
-                    CK(cudaEventSynchronize(e1));
-                    cudaEventElapsedTime(&ms, e0, e1);
-                    cudaEventDestroy(e0);
-                    cudaEventDestroy(e1);
+                    Event e0, e1;
+                    // Between the two records nothing but the launch: their results are checked after.
+                    const cudaError_t rec0 = cudaEventRecord(e0);
+                    bw_kernel<false><<<op == 2 ? 2 * nq : nq, o.threads>>>(d_jobs.get(), nq, op, size,
+                                                                           o.iters, d_fail.get());
+                    const cudaError_t rec1 = cudaEventRecord(e1);
+                    CUDA_CHECK(rec0);
+                    CUDA_CHECK(rec1);
+                    CUDA_CHECK(cudaGetLastError());
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    ms = gvbench::elapsed_ms(e0, e1);
+                    const Failure f = gvbench::read_failure(d_fail.get());
+                    if (f.count)
+                        throw Error(failure_text(o, "the benchmark kernel", size, run_label(o, r), f, qps));
                 } else {
-                    if (op == 2) throw NotSupported("--initiator cpu supports write and read");
-                    int err = 0;
+                    Failure f{};
                     std::vector<std::thread> th;
-                    for (auto& j : jobs) th.emplace_back(cpu_bw, std::cref(j), op, size, o.iters, o.threads, &err);
+                    for (uint32_t q = 0; q < nq; ++q)
+                        th.emplace_back(cpu_bw, std::cref(jobs[q]), q, op, size, o.iters, o.threads, &f);
                     for (auto& t : th) t.join();
-                    CK(cudaDeviceSynchronize());
+                    CUDA_CHECK(cudaDeviceSynchronize());
                     ms = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count();
-                    if (err) throw Error("cpu initiator: " + std::to_string(err) + " failed work requests");
+                    if (f.count)
+                        throw Error(failure_text(o, "the CPU initiator", size, run_label(o, r), f, qps));
                 }
                 if (r) secs.push_back(ms / 1e3);
                 if (r == 0 && o.duration > 0 && o.gpu_init && ms > 0) {
@@ -451,20 +540,8 @@ int run_loopback(Opts& o) {
                     o.iters = uint32_t(std::min(1e8, std::max(1.0, o.iters * scale)));
                 }
             }
-            int err = 0;
-            CK(cudaMemcpy(&err, d_err, sizeof(int), cudaMemcpyDeviceToHost));
-            if (err) throw Error(std::to_string(err) + " work requests or waits failed in the benchmark kernel");
             print_bw_row(o, nq, size, secs);
         }
-    }
-    cudaFree(d_jobs);
-    cudaFree(d_err);
-    if (o.host_mem) {
-        cudaFreeHost(src);
-        cudaFreeHost(dst);
-    } else {
-        cudaFree(src);
-        cudaFree(dst);
     }
     return 0;
 }
@@ -481,20 +558,20 @@ constexpr double kKernelGraceS = 45;
 double secs_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // One side of a two-process run. The destructor first waits (bounded) for the side's last
-// kernel, so that nothing is freed under a running kernel, then frees in dependency order
-// (members go in reverse order of declaration: regions before buffers, QPs before CQs).
+// kernel, so that nothing is freed under a running kernel; then the members go in reverse
+// order of declaration, which is dependency order (regions before buffers, QPs before CQs).
 struct Side {
     std::optional<Context> ctx;
     std::optional<ProtectionDomain> pd;
     std::vector<std::unique_ptr<CompletionQueue>> cqs;
     std::vector<std::unique_ptr<QueuePair>> qps;
     std::optional<SharedBuffer> shared;  // what the peer targets (GPU memory of the device's arena)
-    uint8_t* priv = nullptr;             // the client's source for bandwidth runs (cudaMalloc)
+    Buffer<uint8_t> priv;                // the client's source for bandwidth runs (cudaMalloc)
     std::optional<MemoryRegion> mr;      // over `shared` or `priv`
-    Job* d_jobs = nullptr;
-    int* d_err = nullptr;
-    unsigned long long* d_st = nullptr;
-    cudaEvent_t start = nullptr, last = nullptr;  // `last` is recorded after every launch
+    Buffer<Job> d_jobs;
+    Buffer<Failure> d_fail;
+    Buffer<unsigned long long> d_st;
+    std::optional<Event> start, last;  // `last` is recorded after every launch
 
     Side() = default;
     Side(const Side&) = delete;
@@ -502,7 +579,7 @@ struct Side {
     ~Side() {
         if (last) {
             const auto t0 = Clock::now();
-            while (cudaEventQuery(last) == cudaErrorNotReady) {
+            while (cudaEventQuery(*last) == cudaErrorNotReady) {
                 if (secs_since(t0) > kKernelGraceS) {
                     std::fprintf(
                         stderr,
@@ -515,13 +592,6 @@ struct Side {
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
         }
-        mr.reset();
-        if (priv) cudaFree(priv);
-        if (d_jobs) cudaFree(d_jobs);
-        if (d_err) cudaFree(d_err);
-        if (d_st) cudaFree(d_st);
-        if (start) cudaEventDestroy(start);
-        if (last) cudaEventDestroy(last);
     }
 };
 
@@ -541,7 +611,7 @@ void size_arena(const Opts& o, uint32_t nq, uint64_t shared_bytes) {
 // memory filled with 0x5a (the client's source).
 void setup_side(Side& s, const Opts& o, uint32_t nq, uint64_t shared_bytes, uint64_t priv_bytes) {
     size_arena(o, nq, shared_bytes);
-    if (Context::gpu_count() == 0) throw NotSupported("no CUDA GPU visible: the benchmarks need one");
+    gvbench::require_gpu();
     s.ctx.emplace(ContextOptions{Backend::Soft, 0});
     s.pd.emplace(*s.ctx);
     for (uint32_t q = 0; q < nq; ++q) add_qp(*s.ctx, *s.pd, o, MemoryKind::Device, s.cqs, s.qps);
@@ -554,14 +624,14 @@ void setup_side(Side& s, const Opts& o, uint32_t nq, uint64_t shared_bytes, uint
         }
         s.mr.emplace(*s.pd, s.shared->data(), shared_bytes, kAllAccess);
     } else {
-        CK(cudaMalloc(&s.priv, priv_bytes));
-        CK(cudaMemset(s.priv, 0x5a, priv_bytes));
-        s.mr.emplace(*s.pd, s.priv, priv_bytes, kAllAccess);
+        s.priv = Buffer<uint8_t>(priv_bytes);
+        CUDA_CHECK(cudaMemset(s.priv.get(), 0x5a, priv_bytes));
+        s.mr.emplace(*s.pd, s.priv.get(), priv_bytes, kAllAccess);
     }
-    CK(cudaMalloc(&s.d_err, sizeof(int)));
-    CK(cudaMemset(s.d_err, 0, sizeof(int)));
-    CK(cudaEventCreate(&s.start));
-    CK(cudaEventCreate(&s.last));
+    s.d_fail = Buffer<Failure>(1);
+    CUDA_CHECK(cudaMemset(s.d_fail.get(), 0, sizeof(Failure)));
+    s.start.emplace();
+    s.last.emplace();
 }
 
 // Swaps QP endpoints and buffers with the peer and connects QP i to the peer's QP i.
@@ -591,9 +661,9 @@ void wait_kernel(Side& s, gvbench::Peer* heartbeat_to, double limit_s) {
     const auto t0 = Clock::now();
     auto beat = t0;
     for (;;) {
-        cudaError_t r = cudaEventQuery(s.last);
+        cudaError_t r = cudaEventQuery(*s.last);
         if (r == cudaSuccess) return;
-        if (r != cudaErrorNotReady) CK(r);
+        if (r != cudaErrorNotReady) CUDA_CHECK(r);
         if (heartbeat_to && secs_since(beat) >= 1.0) {
             heartbeat_to->send(Ctl::Heartbeat);
             beat = Clock::now();
@@ -605,16 +675,22 @@ void wait_kernel(Side& s, gvbench::Peer* heartbeat_to, double limit_s) {
     }
 }
 
-// After a run: both sides' failure counts; throws when either failed.
-void check_run(gvbench::Peer& peer, Side& s, uint32_t size, uint32_t rep) {
-    int err = 0;
-    CK(cudaMemcpy(&err, s.d_err, sizeof(int), cudaMemcpyDeviceToHost));
-    peer.send(Ctl::Done, uint32_t(err));
-    uint32_t theirs = peer.expect(Ctl::Result).a;
-    if (err || theirs)
-        throw Error(std::to_string(err) + " work requests or waits failed in this client's kernel, " +
-                    std::to_string(theirs) + " in the server's (" + std::to_string(size) + " bytes, run " +
-                    std::to_string(rep) + ")");
+// The client after a run: tells the server how many calls of its kernel failed and hears
+// back; throws when either side failed. The server answers a failure of its own kernel with
+// an Error that describes it (RemoteError here); the client's failure, described, reaches the
+// server the same way when the thrown error ends the client (run_client).
+void check_run(const Opts& o, gvbench::Peer& peer, Side& s, uint32_t size, uint32_t rep) {
+    const Failure f = gvbench::read_failure(s.d_fail.get());
+    const std::string mine =
+        f.count ? failure_text(o, "this client's kernel", size, run_label(o, rep), f, s.qps) : "";
+    peer.send(Ctl::Done, f.count);
+    try {
+        peer.expect(Ctl::Result);
+    } catch (const RemoteError& e) {
+        if (f.count) throw Error(mine + "; " + e.what());
+        throw;
+    }
+    if (f.count) throw Error(mine);
 }
 
 gvbench::Params params_of(const Opts& o) {
@@ -697,31 +773,31 @@ void client_bw(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& target
     for (uint32_t q = 0; q < nq; ++q)
         jobs[q] = Job{s.qps[q]->device_handle(),
                       {},
-                      s.priv + q * slice,
+                      s.priv.get() + q * slice,
                       reinterpret_cast<uint8_t*>(target.addr + q * slice),
                       s.mr->lkey(),
                       target.rkey,
                       0,
                       slice};
-    CK(cudaMalloc(&s.d_jobs, jobs.size() * sizeof(Job)));
-    CK(cudaMemcpy(s.d_jobs, jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    print_bw_header(o, prop.name, nq, where);
+    s.d_jobs = Buffer<Job>(jobs.size());
+    CUDA_CHECK(cudaMemcpy(s.d_jobs.get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
+    print_bw_header(o, gvbench::gpu_name().c_str(), nq, where);
     for (uint32_t size : o.sizes) {
         if (size > slice) continue;
         std::vector<double> secs;
         for (uint32_t r = 0; r <= o.reps; ++r) {  // rep 0 warms up
             peer.send(Ctl::Run, size, o.iters);
             peer.expect(Ctl::Ready);
-            CK(cudaEventRecord(s.start));
-            bw_kernel<true><<<nq, o.threads>>>(s.d_jobs, nq, op, size, o.iters, s.d_err);
-            CK(cudaEventRecord(s.last));
-            CK(cudaGetLastError());
+            // Between the two records nothing but the launch: their results are checked after.
+            const cudaError_t rec0 = cudaEventRecord(*s.start);
+            bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), nq, op, size, o.iters, s.d_fail.get());
+            const cudaError_t rec1 = cudaEventRecord(*s.last);
+            CUDA_CHECK(rec0);
+            CUDA_CHECK(rec1);
+            CUDA_CHECK(cudaGetLastError());
             wait_kernel(s, &peer, 0);
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, s.start, s.last));
-            check_run(peer, s, size, r);
+            const float ms = gvbench::elapsed_ms(*s.start, *s.last);
+            check_run(o, peer, s, size, r);
             if (r) secs.push_back(ms / 1e3);
             if (r == 0 && o.duration > 0 && ms > 0) {
                 // -D: scale the iteration count so one repetition lasts `duration`.
@@ -744,24 +820,22 @@ void client_lat(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& targe
            target.rkey,
            0,
            slice};
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    print_lat_header(o, prop.name, where);
-    CK(cudaMalloc(&s.d_st, sizeof(unsigned long long) * o.iters));
+    print_lat_header(o, gvbench::gpu_name().c_str(), where);
+    s.d_st = Buffer<unsigned long long>(o.iters);
     for (uint32_t size : o.sizes) {
         size = std::max<uint32_t>(8, size & ~7u);
         if (size > 4096) continue;
-        CK(cudaMemset(me.src, 0, slice));
-        CK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemset(me.src, 0, slice));
+        CUDA_CHECK(cudaDeviceSynchronize());
         peer.send(Ctl::Run, size, o.iters);
         peer.expect(Ctl::Ready);  // the server cleared its slot and its side runs
-        lat_kernel<0><<<1, 32>>>(me, me, size, o.iters, s.d_st, s.d_err);
-        CK(cudaEventRecord(s.last));
-        CK(cudaGetLastError());
+        lat_kernel<0><<<1, 32>>>(me, me, size, o.iters, s.d_st.get(), s.d_fail.get());
+        CUDA_CHECK(cudaEventRecord(*s.last));
+        CUDA_CHECK(cudaGetLastError());
         wait_kernel(s, &peer, 0);
-        check_run(peer, s, size, 0);
+        check_run(o, peer, s, size, 0);
         std::vector<unsigned long long> st(o.iters);
-        CK(cudaMemcpy(st.data(), s.d_st, st.size() * 8, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(st.data(), s.d_st.get(), st.size() * 8, cudaMemcpyDeviceToHost));
         print_lat_row(o, size, st);
     }
 }
@@ -842,11 +916,11 @@ int run_server(Opts& o, const std::string& prog) {
                               0,
                               s.mr->lkey(),
                               slice};
-            CK(cudaMalloc(&s.d_jobs, jobs.size() * sizeof(Job)));
-            CK(cudaMemcpy(s.d_jobs, jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
+            s.d_jobs = Buffer<Job>(jobs.size());
+            CUDA_CHECK(
+                cudaMemcpy(s.d_jobs.get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
         }
         uint32_t runs = 0;
-        uint64_t client_errors = 0, our_errors = 0;
         std::set<uint32_t> sizes;
         for (;;) {
             const gvbench::CtlMsg m = peer.expect(Ctl::Run, Ctl::Bye);
@@ -857,38 +931,38 @@ int run_server(Opts& o, const std::string& prog) {
             if (!size_ok || iters < 1 || iters > 100000000)
                 throw RemoteError("the client asked for a run of " + std::to_string(iters) + " x " +
                                   std::to_string(size) + " bytes, outside its own parameters");
-            CK(cudaMemset(s.d_err, 0, sizeof(int)));
+            CUDA_CHECK(cudaMemset(s.d_fail.get(), 0, sizeof(Failure)));
             bool launched = true;
             if (o.lat) {
-                CK(cudaMemset(s.shared->data(), 0, slice));
-                CK(cudaDeviceSynchronize());  // cleared before the client's first write can land
-                lat_kernel<1><<<1, 32>>>(me, me, size, iters, nullptr, s.d_err);
+                CUDA_CHECK(cudaMemset(s.shared->data(), 0, slice));
+                CUDA_CHECK(cudaDeviceSynchronize());  // cleared before the client's first write can land
+                lat_kernel<1><<<1, 32>>>(me, me, size, iters, nullptr, s.d_fail.get());
             } else if (op == 2) {
-                bw_kernel<true>
-                    <<<nq, o.threads>>>(s.d_jobs, 0, op, size, iters, s.d_err);  // nq 0: all receive
+                bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), 0, op, size, iters,
+                                                   s.d_fail.get());  // nq 0: all receive
             } else {
                 launched = false;  // WRITE and READ need nothing from the server's GPU
             }
             if (launched) {
-                CK(cudaEventRecord(s.last));
-                CK(cudaGetLastError());
+                CUDA_CHECK(cudaEventRecord(*s.last));
+                CUDA_CHECK(cudaGetLastError());
             }
             peer.send(Ctl::Ready);
-            const gvbench::CtlMsg done = peer.expect(Ctl::Done);
+            peer.expect(Ctl::Done);  // a failed client says why in its next message (an Error)
             if (launched) wait_kernel(s, nullptr, kKernelGraceS);
-            int err = 0;
-            CK(cudaMemcpy(&err, s.d_err, sizeof(int), cudaMemcpyDeviceToHost));
-            peer.send(Ctl::Result, uint32_t(err));
+            const Failure f = launched ? gvbench::read_failure(s.d_fail.get()) : Failure{};
+            if (f.count)
+                throw Error(failure_text(o, "this server's kernel", size,
+                                         ", run #" + std::to_string(runs) + " of the session", f, s.qps));
+            peer.send(Ctl::Result, 0);
             ++runs;
             sizes.insert(size);
-            client_errors += done.a;
-            our_errors += uint32_t(err);
         }
         std::printf(
             "# %s server: client %s done: %s, %u runs of %zu sizes, %u QPs x %u threads, "
-            "failed work requests or waits: %llu client, %llu server\n",
+            "no failed work request or wait\n",
             prog.c_str(), ch.peer().c_str(), test_name(o.lat, o.op).c_str(), runs, sizes.size(), nq,
-            o.threads, (unsigned long long)client_errors, (unsigned long long)our_errors);
+            o.threads);
         return 0;
     } catch (const std::exception& e) {
         peer.fail(e.what());
@@ -900,8 +974,8 @@ int run_server(Opts& o, const std::string& prog) {
 
 int main(int argc, char** argv) {
     Opts o;
-    std::string prog = argv[0];
-    try {
+    const std::string prog = argv[0];
+    return gvbench::guarded_main(prog.c_str(), [&] {
         for (int i = 1; i < argc; ++i) {
             std::string s = argv[i];
             auto val = [&]() -> std::string {
@@ -909,13 +983,7 @@ int main(int argc, char** argv) {
                 return argv[++i];
             };
             auto num = [&](uint64_t lo, uint64_t hi) {
-                std::string v = val();
-                char* end;
-                unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-                if (*end || x < lo || x > hi)
-                    throw InvalidUsage(s + " " + v + ": expected an integer in " + std::to_string(lo) + " .. " +
-                                       std::to_string(hi));
-                return uint32_t(x);
+                return uint32_t(gvbench::parse_uint(s, val(), lo, hi));
             };
             auto client_of = [&](const std::string& host) {
                 if (o.mode == Mode::Server)
@@ -946,11 +1014,13 @@ int main(int argc, char** argv) {
                     throw InvalidUsage("--op " + o.op + ": expected write, read or send");
             } else if (s == "--initiator") {
                 std::string v = val();
-                if (v != "gpu" && v != "cpu") throw InvalidUsage("--initiator " + v + ": expected gpu or cpu");
+                if (v != "gpu" && v != "cpu")
+                    throw InvalidUsage("--initiator " + v + ": expected gpu or cpu");
                 o.gpu_init = v == "gpu";
             } else if (s == "--mem") {
                 std::string v = val();
-                if (v != "device" && v != "host") throw InvalidUsage("--mem " + v + ": expected device or host");
+                if (v != "device" && v != "host")
+                    throw InvalidUsage("--mem " + v + ": expected device or host");
                 o.host_mem = v == "host";
             } else if (s == "--reps") {
                 o.reps = num(1, 100);
@@ -986,8 +1056,5 @@ int main(int argc, char** argv) {
         const std::string why = mps::ensure(true);
         if (!why.empty()) std::fprintf(stderr, "%s: warning: %s\n", prog.c_str(), why.c_str());
         return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: %s\n", prog.c_str(), e.what());
-        return 1;
-    }
+    });
 }
