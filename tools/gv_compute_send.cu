@@ -5,26 +5,24 @@
 //   WRITE, rings the doorbell (the software device then runs its executor) and polls.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
 using namespace gv;
-
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            std::fprintf(stderr, "gv_compute_send: %s: %s\n", #call, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                     \
-        }                                                                                     \
-    } while (0)
+using gvbench::Buffer;
+using gvbench::Event;
+using gvbench::Failure;
+using gvbench::record_failure;
+using gvbench::Step;
 
 __device__ __forceinline__ void compute_step(float* x, uint32_t n, uint32_t step) {
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = x[i] * 0.999f + float(step);
@@ -33,33 +31,50 @@ __device__ __forceinline__ void compute_step(float* x, uint32_t n, uint32_t step
 __global__ void compute_kernel(float* x, uint32_t n, uint32_t step) { compute_step(x, n, step); }
 
 __global__ void persistent_kernel(dev::QpHandle qp, float* x, uint32_t n, uint32_t lkey, uint64_t raddr,
-                                  uint32_t rkey, uint32_t steps, int* err) {
+                                  uint32_t rkey, uint32_t steps, Failure* fail) {
     for (uint32_t s = 0; s < steps; ++s) {
         compute_step(x, n, s);
         __syncthreads();
-        if (threadIdx.x == 0 && dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled) != Status::Ok) atomicAdd(err, 1);
-        dev::commit<Scope::Block>(qp);
-        if (threadIdx.x == 0 && dev::wait_send(qp, 1, nullptr, 5'000'000'000ull) != Status::Ok) atomicAdd(err, 1);
+        if (threadIdx.x == 0) {
+            const Status st = dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled);
+            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.qpn, s, st);
+        }
+        const Status cs = dev::commit<Scope::Block>(qp);
+        if (threadIdx.x == 0) {
+            if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.qpn, s, cs);
+            Completion c;
+            const Status ws = dev::wait_send(qp, 1, &c, 5'000'000'000ull);
+            if (ws != Status::Ok)
+                record_failure(fail, Step::WaitSend, 0, qp.qpn, s, ws,
+                               ws == Status::CompletionError ? c : Completion{});
+        }
         __syncthreads();
     }
 }
 
+int usage(const char* me) {
+    std::fprintf(stderr, "usage: %s [-n steps] [-s bytes] [--json]\n", me);
+    return 2;
+}
+
 int main(int argc, char** argv) {
-    uint32_t steps = 2000;
-    bool json = false;
-    std::vector<uint32_t> sizes{8, 64, 1024, 16384, 65536, 1u << 20};
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        if ((s == "-n" || s == "--iters") && i + 1 < argc) steps = std::atoi(argv[++i]);
-        else if ((s == "-s" || s == "--size") && i + 1 < argc) sizes = {uint32_t(std::atoi(argv[++i]))};
-        else if (s == "--json") json = true;
-        else {
-            std::fprintf(stderr, "usage: %s [-n steps] [-s bytes] [--json]\n", argv[0]);
-            return 2;
+    return gvbench::guarded_main("gv_compute_send", [&] {
+        uint32_t steps = 2000;
+        bool json = false;
+        std::vector<uint32_t> sizes{8, 64, 1024, 16384, 65536, 1u << 20};
+        for (int i = 1; i < argc; ++i) {
+            const std::string s = argv[i];
+            auto val = [&]() -> std::string {
+                if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
+                return argv[++i];
+            };
+            if (s == "-n" || s == "--iters") steps = uint32_t(gvbench::parse_uint(s, val(), 1, 100000000));
+            else if (s == "-s" || s == "--size")
+                sizes = {uint32_t(gvbench::parse_uint(s, val(), 1, 1u << 30))};
+            else if (s == "--json") json = true;
+            else return usage(argv[0]);
         }
-    }
-    try {
-        if (Context::gpu_count() == 0) throw NotSupported("no CUDA GPU visible");
+        gvbench::require_gpu();
         Context ctx(ContextOptions{Backend::Soft, 0});
         // GPU-initiated pair: queues in GPU memory. CPU-initiated pair: queues in host memory.
         gv::ProtectionDomain pd(ctx);
@@ -79,72 +94,87 @@ int main(int argc, char** argv) {
         std::vector<std::unique_ptr<QueuePair>> gqp, cqp;
         make_pair(MemoryKind::Device, gcq, gqp);
         make_pair(MemoryKind::Host, ccq, cqp);
+        // A step sends n = max(bytes / 4, 2) floats.
+        auto floats_of = [](uint32_t bytes) { return std::max<uint32_t>(bytes / 4, 2); };
         uint32_t maxs = 0;
-        for (auto z : sizes) maxs = std::max(maxs, z);
-        float *x, *y;
-        CK(cudaMalloc(&x, maxs));
-        CK(cudaMalloc(&y, maxs));
-        CK(cudaMemset(x, 0, maxs));
+        for (auto z : sizes) maxs = std::max(maxs, floats_of(z) * 4);
+        Buffer<float> xb(maxs / 4), yb(maxs / 4);
+        float *x = xb.get(), *y = yb.get();
+        CUDA_CHECK(cudaMemset(x, 0, maxs));
         MemoryRegion mx(pd, x, maxs, kLocalWrite), my(pd, y, maxs, kAllAccess);
-        int* d_err;
-        CK(cudaMalloc(&d_err, sizeof(int)));
-        CK(cudaMemset(d_err, 0, sizeof(int)));
-        cudaStream_t st;
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        cudaDeviceProp prop;
-        CK(cudaGetDeviceProperties(&prop, 0));
+        Buffer<Failure> d_fail(1);
+        CUDA_CHECK(cudaMemset(d_fail.get(), 0, sizeof(Failure)));
+        gvbench::Stream st;
         if (!json)
-            std::printf("# gv_compute_send: %s, %u steps, one block of 256 threads\n%10s %16s %16s %10s\n", prop.name,
-                        steps, "#bytes", "gpu-init[us/it]", "cpu-init[us/it]", "speedup");
+            std::printf("# gv_compute_send: %s, %u steps, one block of 256 threads\n%10s %16s %16s %10s\n",
+                        gvbench::gpu_name().c_str(), steps, "#bytes", "gpu-init[us/it]", "cpu-init[us/it]",
+                        "speedup");
         for (uint32_t size : sizes) {
-            uint32_t n = std::max<uint32_t>(size / 4, 2);
+            const uint32_t n = floats_of(size);
+            auto check_gpu = [&](const char* run) {
+                const Failure f = gvbench::read_failure(d_fail.get());
+                if (f.count)
+                    throw Error("the GPU-initiated kernel failed (" + std::to_string(n * 4) + " bytes, " +
+                                run + "): " + gvbench::describe(f, "WRITE"));
+            };
             // GPU-initiated.
             auto h = gqp[0]->device_handle();
-            persistent_kernel<<<1, 256, 0, st>>>(h, x, n, mx.lkey(), uint64_t(y), my.rkey(), 20, d_err);  // warm-up
-            CK(cudaStreamSynchronize(st));
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0);
-            cudaEventCreate(&e1);
-            cudaEventRecord(e0, st);
-            persistent_kernel<<<1, 256, 0, st>>>(h, x, n, mx.lkey(), uint64_t(y), my.rkey(), steps, d_err);
-            cudaEventRecord(e1, st);
-            CK(cudaEventSynchronize(e1));
-            float gms;
-            cudaEventElapsedTime(&gms, e0, e1);
+            persistent_kernel<<<1, 256, 0, st>>>(h, x, n, mx.lkey(), uint64_t(y), my.rkey(), 20,
+                                                 d_fail.get());  // warm-up
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaStreamSynchronize(st));
+            check_gpu("warm-up");
+            Event e0, e1;
+            // Between the two records nothing but the launch: their results are checked after.
+            const cudaError_t rec0 = cudaEventRecord(e0, st);
+            persistent_kernel<<<1, 256, 0, st>>>(h, x, n, mx.lkey(), uint64_t(y), my.rkey(), steps,
+                                                 d_fail.get());
+            const cudaError_t rec1 = cudaEventRecord(e1, st);
+            CUDA_CHECK(rec0);
+            CUDA_CHECK(rec1);
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            const float gms = gvbench::elapsed_ms(e0, e1);
+            check_gpu("measured run");
             // CPU-initiated.
             auto c = cqp[0]->device_handle();
-            auto run_cpu = [&](uint32_t k) {
+            auto run_cpu = [&](uint32_t k, const char* run) {
+                // Throws what failed in step s: the loop ends at its first failure.
+                auto fail = [&](uint32_t s, Step step, Status why, Completion comp = Completion{}) {
+                    Failure f{};
+                    record_failure(&f, step, 0, c.qpn, s, why, comp);
+                    throw Error("the CPU initiator failed (" + std::to_string(n * 4) + " bytes, " + run +
+                                "): " + gvbench::describe(f, "WRITE"));
+                };
                 for (uint32_t s = 0; s < k; ++s) {
                     compute_kernel<<<1, 256, 0, st>>>(x, n, s);
-                    CK(cudaStreamSynchronize(st));
-                    if (dev::write(c, x, n * 4, mx.lkey(), uint64_t(y), my.rkey(), kSignaled) != Status::Ok)
-                        throw Error("CPU post failed");
-                    dev::commit(c);
+                    CUDA_CHECK(cudaStreamSynchronize(st));
+                    const Status ps = dev::write(c, x, n * 4, mx.lkey(), uint64_t(y), my.rkey(), kSignaled);
+                    if (ps != Status::Ok) fail(s, Step::Post, ps);
+                    const Status cs = dev::commit(c);
+                    if (cs != Status::Ok) fail(s, Step::Commit, cs);
                     Completion comp;
                     auto t0 = std::chrono::steady_clock::now();
                     while (dev::poll_cq(c.scq, &comp, 1) == 0) {
                         if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5))
-                            throw TimeoutError("CPU-initiated step: no completion within 5 s");
+                            fail(s, Step::WaitSend, Status::Timeout);
                     }
-                    if (!comp.ok()) throw Error(std::string("completion error ") + mlx5::syndrome_name(comp.status));
+                    if (!comp.ok()) fail(s, Step::WaitSend, Status::CompletionError, comp);
                 }
+                CUDA_CHECK(cudaGetLastError());  // a failed launch of compute_kernel
             };
-            run_cpu(20);
+            run_cpu(20, "warm-up");
             auto t0 = std::chrono::steady_clock::now();
-            run_cpu(steps);
-            double cms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            int err = 0;
-            CK(cudaMemcpy(&err, d_err, sizeof(int), cudaMemcpyDeviceToHost));
-            if (err) throw Error(std::to_string(err) + " GPU-initiated steps failed");
+            run_cpu(steps, "measured run");
+            double cms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             double g = gms * 1e3 / steps, cc = cms * 1e3 / steps;
             if (json)
-                std::printf("{\"bench\":\"compute_send\",\"bytes\":%u,\"gpu_us\":%.3f,\"cpu_us\":%.3f}\n", n * 4, g, cc);
+                std::printf("{\"bench\":\"compute_send\",\"bytes\":%u,\"gpu_us\":%.3f,\"cpu_us\":%.3f}\n",
+                            n * 4, g, cc);
             else
                 std::printf("%10u %16.2f %16.2f %9.1fx\n", n * 4, g, cc, cc / g);
         }
         return 0;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "gv_compute_send: %s\n", e.what());
-        return 1;
-    }
+    });
 }

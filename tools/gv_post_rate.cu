@@ -4,27 +4,25 @@
 // (the block advances the retired counter itself), so nothing but posting is measured.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
 using namespace gv;
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "gv_post_rate: %s: %s\n", #call, cudaGetErrorString(e_));       \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
+using gvbench::Buffer;
+using gvbench::Event;
+using gvbench::Failure;
+using gvbench::Step;
 
 template <Scope S>
-__global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t raddr, int* err) {
+__global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t raddr, Failure* fail) {
     dev::QpHandle qp = qps[blockIdx.x];
     for (uint32_t r = 0; r < rounds; ++r) {
         Status st;
@@ -32,7 +30,10 @@ __global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t 
             st = dev::write<Scope::Block>(qp, nullptr, 8, 1, raddr, 1, threadIdx.x == blockDim.x - 1 ? kSignaled : 0);
         else
             st = dev::write<Scope::Thread>(qp, nullptr, 8, 1, raddr, 1, threadIdx.x == blockDim.x - 1 ? kSignaled : 0);
-        if (st != Status::Ok) atomicAdd(err, 1);
+        if (st != Status::Ok)
+            gvbench::record_failure(fail, Step::Post, blockIdx.x, qp.qpn, r * blockDim.x + threadIdx.x, st);
+        // Its status is not checked: commit of an mlx5 handle returns Ok (nothing executes),
+        // and a check would cost this kernel registers.
         dev::commit<Scope::Block>(qp);
         // The sink: every published WQE is complete, its slots free again.
         if (threadIdx.x == 0)
@@ -41,44 +42,46 @@ __global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t 
     }
 }
 
+int usage(const char* me) {
+    std::fprintf(stderr, "usage: %s [--mem device|host] [-n rounds] [-t threads] [-q qps] [--json]\n", me);
+    return 2;
+}
+
 int main(int argc, char** argv) {
-    uint32_t rounds = 2000, threads = 256;
-    std::vector<uint32_t> qcounts{1, 8, 66, 132, 264, 528};
-    std::string mem = "device";
-    bool json = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        if (s == "--mem" && i + 1 < argc) mem = argv[++i];
-        else if ((s == "-n" || s == "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
-        else if ((s == "-t" || s == "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-        else if ((s == "-q" || s == "--qps") && i + 1 < argc) qcounts = {uint32_t(std::atoi(argv[++i]))};
-        else if (s == "--json") json = true;
-        else {
-            std::fprintf(stderr, "usage: %s [--mem device|host] [-n rounds] [-t threads] [-q qps] [--json]\n", argv[0]);
-            return 2;
+    return gvbench::guarded_main("gv_post_rate", [&] {
+        uint32_t rounds = 2000, threads = 256;
+        std::vector<uint32_t> qcounts{1, 8, 66, 132, 264, 528};
+        std::string mem = "device";
+        bool json = false;
+        for (int i = 1; i < argc; ++i) {
+            const std::string s = argv[i];
+            auto val = [&]() -> std::string {
+                if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
+                return argv[++i];
+            };
+            if (s == "--mem") {
+                mem = val();
+                if (mem != "device" && mem != "host")
+                    throw InvalidUsage("--mem " + mem + ": expected device or host");
+            } else if (s == "-n" || s == "--rounds")
+                rounds = uint32_t(gvbench::parse_uint(s, val(), 1, 1000000));
+            else if (s == "-t" || s == "--threads")
+                threads = uint32_t(gvbench::parse_uint(s, val(), 1, 1024));
+            else if (s == "-q" || s == "--qps") qcounts = {uint32_t(gvbench::parse_uint(s, val(), 1, 4096))};
+            else if (s == "--json") json = true;
+            else return usage(argv[0]);
         }
-    }
-    if (mem != "device" && mem != "host") {
-        std::fprintf(stderr, "gv_post_rate: --mem %s: expected device or host\n", mem.c_str());
-        return 2;
-    }
-    if (threads < 1 || threads > 1024 || rounds < 1) {
-        std::fprintf(stderr, "gv_post_rate: threads must be 1..1024 and rounds >= 1\n");
-        return 2;
-    }
-    try {
-        if (Context::gpu_count() == 0) throw NotSupported("no CUDA GPU visible");
+        gvbench::require_gpu();
         Context ctx(ContextOptions{Backend::Soft, 0});
         ProtectionDomain pd(ctx);
         MemoryKind mk = mem == "host" ? MemoryKind::Host : MemoryKind::Device;
-        uint32_t maxq = 0;
-        for (auto q : qcounts) maxq = std::max(maxq, q);
+        const uint32_t maxq = *std::max_element(qcounts.begin(), qcounts.end());
         std::vector<std::unique_ptr<CompletionQueue>> cqs;
         std::vector<std::unique_ptr<QueuePair>> qps;
         std::vector<dev::QpHandle> hs;
-        uint64_t* uars;  // one dummy doorbell register per QP, in the queues' memory kind
-        if (mk == MemoryKind::Host) CK(cudaHostAlloc(&uars, maxq * 64, cudaHostAllocMapped));
-        else CK(cudaMalloc(&uars, maxq * 64));
+        // One dummy doorbell register per QP, in the queues' memory kind.
+        Buffer<uint64_t> uars(maxq * 8,
+                              mk == MemoryKind::Host ? gvbench::Mem::HostMapped : gvbench::Mem::Device);
         for (uint32_t q = 0; q < maxq; ++q) {
             cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{64, mk}));
             QpOptions o;
@@ -89,44 +92,46 @@ int main(int argc, char** argv) {
             dev::QpHandle h = qps.back()->device_handle();
             h.backend = BackendKind::Mlx5;  // doorbell record + UAR write, no executor
             h.sys = 1;                      // what a NIC reading the queue needs
-            h.uar = uars + q * 8;
+            h.uar = uars.get() + q * 8;
             hs.push_back(h);
         }
-        dev::QpHandle* d_hs;
-        int* d_err;
-        CK(cudaMalloc(&d_hs, hs.size() * sizeof(dev::QpHandle)));
-        CK(cudaMemcpy(d_hs, hs.data(), hs.size() * sizeof(dev::QpHandle), cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&d_err, sizeof(int)));
-        CK(cudaMemset(d_err, 0, sizeof(int)));
-        cudaDeviceProp prop;
-        CK(cudaGetDeviceProperties(&prop, 0));
+        Buffer<dev::QpHandle> d_hs(hs.size());
+        CUDA_CHECK(
+            cudaMemcpy(d_hs.get(), hs.data(), hs.size() * sizeof(dev::QpHandle), cudaMemcpyHostToDevice));
+        Buffer<Failure> d_fail(1);
+        CUDA_CHECK(cudaMemset(d_fail.get(), 0, sizeof(Failure)));
         if (!json)
-            std::printf("# gv_post_rate: %s, queues in %s memory, %u threads per QP (block), %u rounds\n"
-                        "%8s %8s %16s %16s\n",
-                        prop.name, mem.c_str(), threads, rounds, "#QPs", "scope", "WQEs/s[M]", "ns/WQE/QP");
+            std::printf(
+                "# gv_post_rate: %s, queues in %s memory, %u threads per QP (block), %u rounds\n"
+                "%8s %8s %16s %16s\n",
+                gvbench::gpu_name().c_str(), mem.c_str(), threads, rounds, "#QPs", "scope", "WQEs/s[M]",
+                "ns/WQE/QP");
         for (uint32_t nq : qcounts) {
             for (int scope = 0; scope < 2; ++scope) {
-                cudaEvent_t e0, e1;
-                cudaEventCreate(&e0);
-                cudaEventCreate(&e1);
+                const char* sn = scope == 0 ? "thread" : "block";
+                Event e0, e1;
                 float best = 1e30f;
                 for (int rep = 0; rep < 3; ++rep) {
-                    cudaEventRecord(e0);
-                    if (scope == 0) post_kernel<Scope::Thread><<<nq, threads>>>(d_hs, rounds, 0x1000, d_err);
-                    else post_kernel<Scope::Block><<<nq, threads>>>(d_hs, rounds, 0x1000, d_err);
-                    cudaEventRecord(e1);
-                    CK(cudaGetLastError());
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    cudaEventElapsedTime(&ms, e0, e1);
+                    // Between the two records nothing but the launch: their results are checked after.
+                    const cudaError_t rec0 = cudaEventRecord(e0);
+                    if (scope == 0)
+                        post_kernel<Scope::Thread><<<nq, threads>>>(d_hs.get(), rounds, 0x1000, d_fail.get());
+                    else post_kernel<Scope::Block><<<nq, threads>>>(d_hs.get(), rounds, 0x1000, d_fail.get());
+                    const cudaError_t rec1 = cudaEventRecord(e1);
+                    CUDA_CHECK(rec0);
+                    CUDA_CHECK(rec1);
+                    CUDA_CHECK(cudaGetLastError());
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    const float ms = gvbench::elapsed_ms(e0, e1);
+                    const Failure f = gvbench::read_failure(d_fail.get());
+                    if (f.count)
+                        throw Error(std::string("the posting kernel failed (") + std::to_string(nq) +
+                                    " QPs, " + sn + " scope, run " + std::to_string(rep) +
+                                    " of 0..2 (0: warm-up)): " + gvbench::describe(f, "WRITE"));
                     if (rep) best = std::min(best, ms);
                 }
-                int err = 0;
-                CK(cudaMemcpy(&err, d_err, sizeof(int), cudaMemcpyDeviceToHost));
-                if (err) throw Error(std::to_string(err) + " posts failed");
                 double wqes = double(rounds) * threads * nq;
                 double rate = wqes / (best / 1e3);
-                const char* sn = scope == 0 ? "thread" : "block";
                 if (json)
                     std::printf("{\"bench\":\"post_rate\",\"mem\":\"%s\",\"qps\":%u,\"scope\":\"%s\",\"threads\":%u,"
                                 "\"wqes_per_s\":%.0f}\n",
@@ -136,8 +141,5 @@ int main(int argc, char** argv) {
             }
         }
         return 0;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "gv_post_rate: %s\n", e.what());
-        return 1;
-    }
+    });
 }
