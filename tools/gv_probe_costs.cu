@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "bench_common.hpp"
 #include "gpuverbs/device/atomic.cuh"
 
 using namespace gv;
@@ -35,27 +36,31 @@ __global__ void probe(unsigned int* p, int op, int n, unsigned long long* out) {
 }
 
 int main() {
-    unsigned int *d, *h;
-    unsigned long long* out;
-    cudaMalloc(&d, 4096);
-    cudaMemset(d, 0, 4096);
-    cudaHostAlloc(&h, 4096, cudaHostAllocMapped);
-    cudaMallocManaged(&out, 16);
-    int clk = 0;
-    cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0);
-    const int n = 2000;
-    std::printf("# gv_probe_costs: one thread, %d dependent operations each (SM clock %d MHz)\n", n, clk / 1000);
-    std::printf("%-26s %14s %14s\n", "operation", "device [ns]", "host-mapped [ns]");
-    for (int op = 0; op < kNumOps; ++op) {
-        double ns[2];
-        for (int m = 0; m < 2; ++m) {
-            probe<<<1, 1>>>(m ? h : d, op, 50, out);
-            cudaDeviceSynchronize();
-            probe<<<1, 1>>>(m ? h : d, op, n, out);
-            cudaDeviceSynchronize();
-            ns[m] = double(out[0]) / n / (clk / 1e6);
+    return gvbench::guarded_main("gv_probe_costs", [] {
+        gvbench::require_gpu();
+        gvbench::Buffer<unsigned int> d(1024), h(1024, gvbench::Mem::HostMapped);
+        gvbench::Buffer<unsigned long long> out(2, gvbench::Mem::Managed);
+        CUDA_CHECK(cudaMemset(d.get(), 0, 4096));
+        int clk = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0));
+        const int n = 2000;
+        std::printf("# gv_probe_costs: one thread, %d dependent operations each (SM clock %d MHz)\n", n,
+                    clk / 1000);
+        std::printf("%-26s %14s %14s\n", "operation", "device [ns]", "host-mapped [ns]");
+        for (int op = 0; op < kNumOps; ++op) {
+            double ns[2];
+            for (int m = 0; m < 2; ++m) {
+                unsigned int* p = m ? h.get() : d.get();
+                probe<<<1, 1>>>(p, op, 50, out.get());
+                CUDA_CHECK(cudaGetLastError());
+                CUDA_CHECK(cudaDeviceSynchronize());
+                probe<<<1, 1>>>(p, op, n, out.get());
+                CUDA_CHECK(cudaGetLastError());
+                CUDA_CHECK(cudaDeviceSynchronize());
+                ns[m] = double(out.get()[0]) / n / (clk / 1e6);
+            }
+            std::printf("%-26s %14.1f %14.1f\n", kNames[op], ns[0], ns[1]);
         }
-        std::printf("%-26s %14.1f %14.1f\n", kNames[op], ns[0], ns[1]);
-    }
-    return 0;
+        return 0;
+    });
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
@@ -14,13 +15,15 @@ enum { kReserve, kBuild, kPublish, kDbrec, kExecute, kPoll, kSteps };
 const char* kStep[] = {"reserve (sq_reserve_group)", "build WQE", "publish (sq_publish_group)",
                        "doorbell record (commit)", "execute (progress)", "poll CQE (poll_cq)"};
 
+// Failures are recorded in *fail after the iteration's last stamp (the reservation's status
+// and the completion polled): the timed steps are left as they were.
 __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey, int n,
-                            unsigned long long* acc) {
+                            unsigned long long* acc, gvbench::Failure* fail) {
     unsigned long long sum[kSteps] = {};
     for (int i = 0; i < n; ++i) {
         unsigned long long t0 = clock64();
         dev::Reservation res;
-        dev::sq_reserve_group(qp, 1, &res, kWaitForever);
+        const Status rs = dev::sq_reserve_group(qp, 1, &res, kWaitForever);
         unsigned long long t1 = clock64();
         Sge s{reinterpret_cast<uint64_t>(src), 8, lkey};
         dev::build_sge_wqe(qp, res.pos, MLX5_OPCODE_RDMA_WRITE, kSignaled, 0, dst, rkey, &s, 1);
@@ -35,6 +38,14 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         while (dev::poll_cq(qp.scq, &c, 1) == 0) {
         }
         unsigned long long t6 = clock64();
+        if (rs != Status::Ok) {
+            gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.qpn, i, rs);
+            return;
+        }
+        if (!c.ok()) {
+            gvbench::record_failure(fail, gvbench::Step::WaitSend, 0, qp.qpn, i, Status::CompletionError, c);
+            return;
+        }
         if (i >= 10) {
             sum[0] += t1 - t0, sum[1] += t2 - t1, sum[2] += t3 - t2;
             sum[3] += t4 - t3, sum[4] += t5 - t4, sum[5] += t6 - t5;
@@ -44,39 +55,41 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
 }
 
 int main() {
-    Context ctx(ContextOptions{Backend::Soft, 0});
-    ProtectionDomain pd(ctx);
-    CompletionQueue c0(ctx, {64}), c1(ctx, {64});
-    QpOptions o;
-    o.send_cq = o.recv_cq = &c0;
-    QueuePair a(pd, o);
-    o.send_cq = o.recv_cq = &c1;
-    QueuePair b(pd, o);
-    a.connect(b.endpoint());
-    b.connect(a.endpoint());
-    void *src, *dst;
-    cudaMalloc(&src, 4096);
-    cudaMalloc(&dst, 4096);
-    MemoryRegion ms(pd, src, 4096, kLocalWrite), md(pd, dst, 4096, kAllAccess);
-    unsigned long long* acc;
-    cudaMallocManaged(&acc, sizeof(unsigned long long) * kSteps);
-    const int n = 2010;
-    path_kernel<<<1, 1>>>(a.device_handle(), static_cast<uint8_t*>(src), ms.lkey(), uint64_t(dst), md.rkey(), n, acc);
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        std::printf("kernel failed: %s\n", cudaGetErrorString(e));
-        return 1;
-    }
-    int clk = 0;
-    cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0);
-    double total = 0;
-    std::printf("# gv_probe_path: one thread, 8-byte signaled WRITE, %d iterations (SM clock %d MHz)\n", n - 10,
-                clk / 1000);
-    for (int k = 0; k < kSteps; ++k) {
-        double ns = double(acc[k]) / (n - 10) / (clk / 1e6);
-        total += ns;
-        std::printf("%-30s %10.1f ns\n", kStep[k], ns);
-    }
-    std::printf("%-30s %10.1f ns\n", "total", total);
-    return 0;
+    return gvbench::guarded_main("gv_probe_path", [] {
+        gvbench::require_gpu();
+        Context ctx(ContextOptions{Backend::Soft, 0});
+        ProtectionDomain pd(ctx);
+        CompletionQueue c0(ctx, {64}), c1(ctx, {64});
+        QpOptions o;
+        o.send_cq = o.recv_cq = &c0;
+        QueuePair a(pd, o);
+        o.send_cq = o.recv_cq = &c1;
+        QueuePair b(pd, o);
+        a.connect(b.endpoint());
+        b.connect(a.endpoint());
+        gvbench::Buffer<uint8_t> src(4096), dst(4096);
+        MemoryRegion ms(pd, src.get(), 4096, kLocalWrite), md(pd, dst.get(), 4096, kAllAccess);
+        gvbench::Buffer<unsigned long long> acc(kSteps, gvbench::Mem::Managed);
+        gvbench::Buffer<gvbench::Failure> fail(1);
+        CUDA_CHECK(cudaMemset(fail.get(), 0, sizeof(gvbench::Failure)));
+        const int n = 2010;
+        path_kernel<<<1, 1>>>(a.device_handle(), src.get(), ms.lkey(), uint64_t(dst.get()), md.rkey(), n,
+                              acc.get(), fail.get());
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const gvbench::Failure f = gvbench::read_failure(fail.get());
+        if (f.count) throw Error("the probe kernel failed: " + gvbench::describe(f, "WRITE"));
+        int clk = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0));
+        double total = 0;
+        std::printf("# gv_probe_path: one thread, 8-byte signaled WRITE, %d iterations (SM clock %d MHz)\n",
+                    n - 10, clk / 1000);
+        for (int k = 0; k < kSteps; ++k) {
+            double ns = double(acc.get()[k]) / (n - 10) / (clk / 1e6);
+            total += ns;
+            std::printf("%-30s %10.1f ns\n", kStep[k], ns);
+        }
+        std::printf("%-30s %10.1f ns\n", "total", total);
+        return 0;
+    });
 }
