@@ -18,9 +18,15 @@ J="$OUT/results.jsonl"
 LOG="$OUT/suite.log"
 : > "$J"
 : > "$LOG"
+failed=0
 run() {  # run BENCH ARGS...: JSON lines to results.jsonl, everything to the log
     echo "+ $*" >> "$LOG"
     timeout 120 "$BIN/$1" "${@:2}" --json 2>>"$LOG" | tee -a "$LOG" | grep '^{' >> "$J"
+    local rc=${PIPESTATUS[0]}
+    if (( rc != 0 )); then  # the tools exit non-zero (and print no numbers) when anything failed
+        echo "FAILED (exit $rc): $*  (see $LOG)"
+        failed=$((failed + 1))
+    fi
 }
 # WRITE bandwidth by size, GPU-initiated (264 QPs = 2 blocks per SM) and CPU-initiated.
 for s in 8 64 512 4096 32768 262144 1048576; do
@@ -52,6 +58,8 @@ run gv_compute_send -n 1000
 if (( TWO_PROCESS )); then
     echo "+ two-process variant (bench/run_two_process.sh)" >> "$LOG"
     "$(dirname "$0")/run_two_process.sh" "$BIN" "$OUT" 2>&1 | tee -a "$LOG"
+    (( PIPESTATUS[0] == 0 )) || failed=$((failed + 1))
 fi
 python3 "$(dirname "$0")/plot.py" "$J" "$OUT" >> "$LOG" 2>&1 || echo "plotting failed (see $LOG)"
-echo "results: $J ($(wc -l < "$J") measurements), plots in $OUT"
+echo "results: $J ($(wc -l < "$J") measurements), plots in $OUT; $failed failed"
+(( failed == 0 ))
