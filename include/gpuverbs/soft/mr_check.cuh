@@ -1,0 +1,78 @@
+// Memory-region checks: key lookup, bounds and access, the foreign-process rule, the
+// leader's caches.
+// Part of the software device's executor (gpuverbs/soft/exec.cuh).
+#pragma once
+
+#include "gpuverbs/soft/groups.cuh"
+
+namespace gv::soft {
+
+// ---- memory-region checks -----------------------------------------------------------
+
+GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
+    uint32_t idx = key >> 8;
+    if (t.entries == nullptr || idx >= t.capacity) return nullptr;
+    const MrEntry* e = &t.entries[idx];
+    // Relaxed: registration completed (host side) before the key was handed to posters.
+    if (!atom::load_relaxed(&e->valid) || e->key != key) return nullptr;
+    return e;
+}
+
+/// True when table t belongs to another process than the executing QP q (whose own table is
+/// local_mrs): then only regions in the owner's shared arena may be touched, a private
+/// address of another process means nothing here.
+GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.owner != q->local_mrs.owner; }
+
+/// True when q's peer belongs to q's own process. An executor runs only its own process's
+/// QPs: another process's WQEs point at that process's private memory too. Reads q's own
+/// state only (remote_mrs is q's copy of the peer's table descriptor): after a peer process
+/// died nothing of it needs to be read.
+GV_HOST_DEVICE bool peer_in_process(const QpState* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
+
+/// The last region the leader resolved in a table: consecutive WQEs mostly use the same
+/// keys, and each lookup is a dependent chain of memory loads.
+struct MrCache {
+    const MrEntry* tab = nullptr;
+    uint32_t key = 0;
+    uint32_t pd = 0, access = 0, sys = 0, shared = 0;
+    uint64_t addr = 0, length = 0;
+    int64_t xlate = 0;
+};
+
+GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd,
+                                          uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys,
+                                          bool foreign = false) {
+    if (c.tab != t.entries || c.key != key || !c.tab) {
+        const MrEntry* e = mr_lookup(t, key);
+        if (!e) return 0;
+        c.tab = t.entries;
+        c.key = key;
+        c.pd = e->pd;
+        c.access = e->access;
+        c.sys = e->sys;
+        c.shared = e->shared;
+        c.addr = e->addr;
+        c.length = e->length;
+        c.xlate = e->xlate;
+    }
+    if (c.pd != pd || (c.access & need) != need) return 0;
+    if (foreign && !c.shared) return 0;
+    if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
+    if (sys) *sys |= c.sys;
+    uint64_t p = uint64_t(int64_t(addr) + c.xlate);
+    return p ? p : 1;
+}
+
+/// What the group's leader remembers across the WQEs of one drain, so that the doorbell
+/// record, QP states and regions are not re-read (with acquire loads) for every WQE.
+struct LeaderCache {
+    uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
+    uint32_t batches = 0;  ///< doorbell-record reads so far
+    unsigned long long ci = 0;  ///< sq_ci as the leader advances it
+    uint32_t state = 0;
+    bool peer_ok = false;
+    QpState* r = nullptr;
+    MrCache local, remote;
+};
+
+}  // namespace gv::soft
