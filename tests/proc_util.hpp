@@ -1,5 +1,6 @@
-// Helpers for tests that run real child processes: elapsed time, a bounded wait for a child
-// (killed when it overstays), and the check that it exited cleanly.
+// Helpers for tests that run real child processes: elapsed time, forking a child that runs a
+// function under an alarm, a bounded wait for a child (killed when it overstays), and the
+// check that it exited cleanly.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
+#include <functional>
 #include <thread>
 
 namespace gvtest {
@@ -16,6 +20,22 @@ using Clock = std::chrono::steady_clock;
 
 inline long ms_since(Clock::time_point t0) {
     return long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+/// Runs body in a forked child; its return value is the exit code (100 for an exception,
+/// whose message goes to stderr). The alarm makes sure a child never outlives a broken test.
+inline pid_t spawn(const std::function<int()>& body, unsigned alarm_s = 15) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    alarm(alarm_s);
+    int rc;
+    try {
+        rc = body();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", int(getpid()), e.what());
+        rc = 100;
+    }
+    _exit(rc);
 }
 
 /// Waits for a child up to timeout_ms (then kills it and records a failure). Returns the raw

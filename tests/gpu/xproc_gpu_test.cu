@@ -25,6 +25,7 @@
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"
 #include "gpuverbs/oob.hpp"
+#include "peer_util.hpp"
 #include "proc_util.hpp"
 
 using namespace gv;
@@ -85,24 +86,12 @@ pid_t spawn_child(const char* role, uint16_t port) {
 int wait_child(pid_t pid, int timeout_ms = 60000) { return gvtest::wait_child(pid, timeout_ms); }
 using gvtest::expect_exit_ok;
 
-/// One side: a GPU context, a protection domain, two device CQs and one QP.
-struct Side {
-    Context ctx{ContextOptions{Backend::Soft, 0}};
-    ProtectionDomain pd{ctx};
-    CompletionQueue scq{ctx}, rcq{ctx};
-    QueuePair qp{pd, [this] {
-                     QpOptions o;
-                     o.send_cq = &scq;
-                     o.recv_cq = &rcq;
-                     return o;
-                 }()};
-    dev::QpHandle h() const { return qp.device_handle(); }
+/// One side: a GPU context, a protection domain, two CQs and one QP.
+struct Side : gvtest::Side {
+    Side() : gvtest::Side(0) {}
 };
 
-void barrier(Channel& ch, uint8_t tag) {
-    ch.send_message(std::vector<uint8_t>{tag}, kMs);
-    if (ch.recv_message(kMs) != std::vector<uint8_t>{tag}) throw std::runtime_error("barrier: unexpected message");
-}
+void barrier(Channel& ch, uint8_t tag) { gvtest::barrier(ch, tag, kMs); }
 
 /// Kernel results: statuses of the calls and the completions, copied back by the host.
 struct Result {

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "proc_util.hpp"
 #include "test_util.hpp"
 
 using namespace gv;
@@ -26,11 +27,8 @@ using namespace gv::oob;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-long ms_since(Clock::time_point t0) {
-    return long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
+using gvtest::Clock;
+using gvtest::ms_since;
 
 // ----- random and hand-built records -----
 
@@ -187,39 +185,8 @@ std::string parse_error(const std::vector<uint8_t>& b) {
 
 // ----- sockets and processes -----
 
-/// Runs body in a child process; its return value is the exit code (100 for an exception).
-/// An alarm makes sure a child never outlives a broken test.
-pid_t spawn(const std::function<int()>& body, unsigned alarm_s = 15) {
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    alarm(alarm_s);
-    int rc;
-    try {
-        rc = body();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "child %d: %s\n", int(getpid()), e.what());
-        rc = 100;
-    }
-    _exit(rc);
-}
-
-/// Waits for a child up to timeout_ms (then kills it). Returns the raw wait status, or -1.
-int wait_child(pid_t pid, int timeout_ms = 15000) {
-    auto t0 = Clock::now();
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return st;
-        if (r < 0) return -1;
-        if (ms_since(t0) > timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            ADD_FAILURE() << "child " << pid << " did not finish within " << timeout_ms << " ms";
-            return -1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-}
+using gvtest::spawn;
+int wait_child(pid_t pid, int timeout_ms = 15000) { return gvtest::wait_child(pid, timeout_ms); }
 
 void expect_exit_ok(int st, const char* who) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)

@@ -19,6 +19,7 @@
 
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/oob.hpp"
+#include "peer_util.hpp"
 #include "proc_util.hpp"
 #include "test_util.hpp"
 
@@ -39,43 +40,17 @@ constexpr int kMs = 5000;                    // channel timeouts
         if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + ": " + (what)); \
     } while (0)
 
-pid_t spawn(const std::function<int()>& body, unsigned alarm_s = 15) {
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    alarm(alarm_s);
-    int rc;
-    try {
-        rc = body();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "child %d: %s\n", int(getpid()), e.what());
-        rc = 100;
-    }
-    _exit(rc);
-}
+using gvtest::spawn;
 
 int wait_child(pid_t pid, int timeout_ms = 15000) { return gvtest::wait_child(pid, timeout_ms); }
 using gvtest::expect_exit_ok;
 
-/// One side: a CPU context, a protection domain, two host CQs and one QP.
-struct Side {
-    Context ctx{ContextOptions{Backend::Soft, -1}};
-    ProtectionDomain pd{ctx};
-    CompletionQueue scq{ctx}, rcq{ctx};
-    QueuePair qp{pd, [this] {
-                     QpOptions o;
-                     o.send_cq = &scq;
-                     o.recv_cq = &rcq;
-                     return o;
-                 }()};
-    dev::QpHandle h() const { return qp.device_handle(); }
+/// One side: a CPU context, a protection domain, two CQs and one QP.
+struct Side : gvtest::Side {
+    Side() : gvtest::Side(-1) {}
 };
 
-/// Both sides call it after connect(): neither posts before the other is in RTR/RTS.
-void barrier(Channel& ch, uint8_t tag) {
-    ch.send_message(std::vector<uint8_t>{tag}, kMs);
-    std::vector<uint8_t> m = ch.recv_message(kMs);
-    if (m != std::vector<uint8_t>{tag}) throw std::runtime_error("barrier: unexpected message");
-}
+void barrier(Channel& ch, uint8_t tag) { gvtest::barrier(ch, tag, kMs); }
 
 uint8_t pattern(size_t i, uint8_t seed) { return uint8_t(i * 131 + seed * 7 + (i >> 8)); }
 void fill(uint8_t* p, size_t n, uint8_t seed) {
