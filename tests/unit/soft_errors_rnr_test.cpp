@@ -1,0 +1,390 @@
+// The software device's error behaviour: RNR rules, flushing on ERROR, the QP-state query,
+// receives without a buffer, post-time limits, CQ overrun, bounded waits.
+#include "soft_errors_util.hpp"
+
+using namespace gv;
+using gvtest::HostBuf;
+using gvtest::Pair;
+
+namespace {
+/// A pair whose QP 0 sends with the given rnr_retry to QP 1, whose min_rnr_timer is given.
+struct RnrPair {
+    Pair p;
+    HostBuf src, dst;
+    RnrPair(uint32_t rnr_retry, uint32_t min_rnr_timer)
+        : p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false),
+          src(p.pd, 4096, kLocalWrite),
+          dst(p.pd, 4096, kLocalWrite) {
+        gvtest::fill_random(src.data(), src.size(), 5);
+        RtsAttr rts;
+        rts.rnr_retry = rnr_retry;
+        RtrAttr rtr;
+        rtr.min_rnr_timer = min_rnr_timer;
+        p.qp[0]->connect(p.qp[1]->endpoint(), {}, {}, rts);
+        p.qp[1]->connect(p.qp[0]->endpoint(), {}, rtr);
+    }
+};
+}  // namespace
+
+// No receive and rnr_retry 0: the first RNR NAK fails the SEND.
+TEST(SoftErrors, RnrWithoutRetries) {
+    RnrPair r(0, 1);
+    auto a = r.p.h(0);
+    ASSERT_EQ(dev::send(a, r.src.data(), 100, r.src.lkey()), Status::Ok);
+    ASSERT_EQ(dev::nop(a), Status::Ok);
+    dev::commit(a);
+    Completion c[2];
+    ASSERT_EQ(dev::wait_send(a, 2, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_SEND);
+    EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+    EXPECT_EQ(r.p.qp[0]->error_syndrome(), MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(r.p.qp[1]->state(), QpState::Rts);  // an RNR NAK leaves the responder alone
+    EXPECT_EQ(gvtest::first_not(r.dst.data(), r.dst.size(), gvtest::kGuard), -1);
+    // A receive posted afterwards is not consumed by the failed SEND.
+    ASSERT_EQ(dev::recv(r.p.h(1), r.dst.data(), 4096, r.dst.lkey()), Status::Ok);
+    EXPECT_EQ(dev::wait_recv(r.p.h(1), 1, c, 20 * kMs), Status::Timeout);
+}
+
+// WRITE with immediate needs a receive too: without one (rnr_retry 0) it fails the same way.
+TEST(SoftErrors, WriteImmWithoutReceive) {
+    RnrPair r(0, 1);
+    auto a = r.p.h(0);
+    HostBuf target(r.p.pd, 4096, kAllAccess);
+    ASSERT_EQ(dev::write_imm(a, r.src.data(), 100, r.src.lkey(), target.addr(), target.rkey(), 7),
+              Status::Ok);
+    dev::commit(a);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(c.wqe_opcode, MLX5_OPCODE_RDMA_WRITE_IMM);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+}
+
+// rnr_retry N allows N retries, each after the responder's RNR timer (here 10 us, then
+// 1.28 ms), then RNR_RETRY_EXC_ERR. wait_send drives the retries.
+TEST(SoftErrors, RnrRetriesExhausted) {
+    struct Case {
+        uint32_t retries, timer_code;
+        double min_ms;
+    } cases[] = {{1, 1, 0.01}, {3, 14, 3 * 1.28}};
+    for (const Case& k : cases) {
+        SCOPED_TRACE(testing::Message() << "rnr_retry " << k.retries << ", timer code " << k.timer_code);
+        RnrPair r(k.retries, k.timer_code);
+        auto a = r.p.h(0);
+        auto t0 = std::chrono::steady_clock::now();
+        ASSERT_EQ(dev::send(a, r.src.data(), 100, r.src.lkey()), Status::Ok);
+        EXPECT_EQ(dev::commit(a), Status::Ok);  // waits for a receive: not an error yet
+        EXPECT_EQ(r.p.qp[0]->state(), QpState::Rts);
+        Completion c{};
+        ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+        double ms = ms_since(t0);
+        EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+        EXPECT_GE(ms, k.min_ms);
+        EXPECT_LT(ms, 2000.0);
+        EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
+        // Retries spent on the failed SEND: the first attempt is not a retry.
+        EXPECT_EQ(a.soft->rnr_count, k.retries);
+        EXPECT_EQ(gvtest::first_not(r.dst.data(), r.dst.size(), gvtest::kGuard), -1);
+    }
+}
+
+// A SEND waiting for a receive (rnr_retry 7 = forever) completes once another thread
+// posts one; until then a bounded wait times out.
+TEST(SoftErrors, RnrWaitResolvedByLaterReceive) {
+    RnrPair r(7, 1);
+    auto a = r.p.h(0), b = r.p.h(1);
+    ASSERT_EQ(dev::send_imm(a, r.src.data(), 300, r.src.lkey(), 0xfeed), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c{};
+    uint32_t got = 5;
+    EXPECT_EQ(dev::wait_send(a, 1, &c, 30 * kMs, &got), Status::Timeout);
+    EXPECT_EQ(got, 0u);
+    std::thread poster([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        EXPECT_EQ(dev::recv(b, r.dst.at(10), 1000, r.dst.lkey()), Status::Ok);
+    });
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    poster.join();
+    EXPECT_EQ(c.wqe_opcode, MLX5_OPCODE_SEND_IMM);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_SEND_IMM);
+    EXPECT_EQ(c.byte_len, 300u);
+    EXPECT_EQ(c.imm, 0xfeedu);
+    EXPECT_EQ(gvtest::first_diff(r.src.data(), r.dst.at(10), 300), -1);
+    EXPECT_EQ(gvtest::first_not(r.dst.data(), 10, gvtest::kGuard), -1);
+    EXPECT_EQ(gvtest::first_not(r.dst.at(310), r.dst.size() - 310, gvtest::kGuard), -1);
+    EXPECT_EQ(r.p.qp[0]->state(), QpState::Rts);
+}
+
+// to_error() flushes every posted receive (in order, on the receive CQ) and the send
+// queue's work, a SEND waiting for a receive (RNR) included; receives posted in ERROR are
+// flushed at once, and so is send work committed in ERROR.
+TEST(SoftErrors, ToErrorFlushesReceivesAndSends) {
+    Env e;
+    auto a = e.a(), b = e.b();
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(dev::recv(b, e.back.at(i * 100), 100, e.back.lkey()), Status::Ok);
+    // QP 0 posted no receive: the SEND waits (rnr_retry 7), the NOP behind it too.
+    ASSERT_EQ(dev::send(b, e.back.at(0), 64, e.back.lkey()), Status::Ok);
+    ASSERT_EQ(dev::nop(b, 0), Status::Ok);
+    ASSERT_EQ(dev::commit(b), Status::Ok);
+    Completion c[6];
+    EXPECT_EQ(dev::wait_send(b, 1, c, 5 * kMs), Status::Timeout);
+    ASSERT_EQ(dev::write(b, e.back.at(0), 64, e.back.lkey(), e.dst.addr(0), e.dst.rkey()),
+              Status::Ok);  // not committed
+    e.p.qp[1]->to_error();
+    EXPECT_EQ(e.p.qp[1]->state(), QpState::Error);
+    EXPECT_EQ(e.p.qp[1]->error_syndrome(), 0u);  // moved there by the user
+    ASSERT_EQ(dev::wait_recv(b, 5, c, kTimeout), Status::CompletionError);
+    for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(c[i].cqe_opcode, MLX5_CQE_RESP_ERR);
+        EXPECT_EQ(c[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        EXPECT_EQ(c[i].wqe_counter, uint16_t(i));
+        EXPECT_EQ(c[i].qpn, e.p.qp[1]->qpn());
+    }
+    ASSERT_EQ(dev::wait_send(b, 2, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_SEND);
+    EXPECT_EQ(c[0].wqe_counter, 0u);
+    EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[1].wqe_opcode, MLX5_OPCODE_NOP);
+    // The WRITE was never committed, so the device had not seen it; committed now, it
+    // is flushed.
+    EXPECT_EQ(dev::poll_cq(b.scq, c, 1), 0u);
+    EXPECT_EQ(dev::commit(b), Status::QpError);
+    ASSERT_EQ(dev::wait_send(b, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_opcode, MLX5_OPCODE_RDMA_WRITE);
+    ASSERT_EQ(dev::recv(b, e.back.at(600), 100, e.back.lkey()), Status::Ok);
+    ASSERT_EQ(dev::wait_recv(b, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+    EXPECT_EQ(c[0].wqe_counter, 5u);
+    EXPECT_EQ(gvtest::first_not(e.dst.data(), e.dst.size(), gvtest::kGuard), -1);
+    EXPECT_EQ(gvtest::first_not(e.back.data(), e.back.size(), gvtest::kGuard), -1);
+    // A SEND to the QP in ERROR finds no responder: the transport retries run out.
+    ASSERT_EQ(dev::send(a, e.src.at(0), 10, e.src.lkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    ASSERT_EQ(dev::wait_send(a, 1, c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+}
+
+// dev::qp_in_error(): false before and in RTS, true once the user (to_error) or the device
+// (a failed WQE) moved the QP to ERROR, false again after reset(); false for a default handle.
+TEST(SoftErrors, QpInErrorFollowsTheState) {
+    EXPECT_FALSE(dev::qp_in_error(dev::QpHandle{}));
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false);
+    HostBuf src(p.pd, 256, kLocalWrite), dst(p.pd, 256, kAllAccess);
+    auto a = p.h(0), b = p.h(1);
+    EXPECT_FALSE(dev::qp_in_error(a));  // RESET
+    p.qp[0]->connect(p.qp[1]->endpoint());
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    EXPECT_FALSE(dev::qp_in_error(a));  // RTS
+    EXPECT_FALSE(dev::qp_in_error(b));
+    // Good work leaves it in RTS.
+    Completion c{};
+    ASSERT_EQ(dev::write(a, src.data(), 100, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    EXPECT_FALSE(dev::qp_in_error(a));
+    // The user moves b there.
+    p.qp[1]->to_error();
+    EXPECT_TRUE(dev::qp_in_error(b));
+    EXPECT_FALSE(dev::qp_in_error(a));  // the peer learns nothing by itself...
+    // ... until its next WQE finds no responder: the device moves a to ERROR.
+    ASSERT_EQ(dev::write(a, src.data(), 100, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    EXPECT_TRUE(dev::qp_in_error(a));
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+    // Back to RESET and reconnected: no longer in ERROR.
+    for (int i = 0; i < 2; ++i) p.qp[i]->reset();
+    EXPECT_FALSE(dev::qp_in_error(a));
+    EXPECT_FALSE(dev::qp_in_error(b));
+    p.qp[0]->connect(p.qp[1]->endpoint());
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    EXPECT_FALSE(dev::qp_in_error(a));
+}
+
+// The case it is for: a thread spinning on a memory flag that will never be written learns
+// from qp_in_error() that its QP went to ERROR (here by to_error() from another thread, as
+// the peer-death watcher does), and stops at once instead of at its timeout.
+TEST(SoftErrors, FlagWaiterSeesTheQpGoToError) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64);
+    auto b = p.h(1);
+    unsigned long long flag = 0;  // the peer would WRITE it; it never does
+    std::atomic<int> outcome{0};  // 1: saw ERROR, 2: saw the flag, 3: timed out
+    std::atomic<bool> spinning{false};
+    std::thread waiter([&] {
+        const uint64_t start = atom::now_ns();
+        uint32_t spins = 0;
+        spinning = true;
+        for (;;) {
+            if (atom::load_acquire(&flag) != 0) return outcome.store(2);
+            if (dev::qp_in_error(b)) return outcome.store(1);
+            if (atom::now_ns() - start > kTimeout) return outcome.store(3);
+            dev::spin_pause(spins, 1024);
+        }
+    });
+    while (!spinning) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(outcome.load(), 0) << "the waiter stopped before the QP left RTS";
+    auto t0 = std::chrono::steady_clock::now();
+    p.qp[1]->to_error();
+    waiter.join();
+    EXPECT_EQ(outcome.load(), 1);
+    EXPECT_LT(ms_since(t0), 1000.0);
+}
+
+// A receive without a buffer takes a WRITE_IMM (tested in SoftDevice.WriteImmCompletesReceive)
+// or a zero-length SEND; a SEND with data into it fails as on a NIC.
+TEST(SoftErrors, SendIntoAReceiveWithoutBuffer) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64);
+    HostBuf src(p.pd, 64, kLocalWrite);
+    auto a = p.h(0), b = p.h(1);
+    ASSERT_EQ(dev::post_recv(b, nullptr, 0), Status::Ok);
+    ASSERT_EQ(dev::recv(b, nullptr, 0, 0), Status::Ok);
+    ASSERT_EQ(dev::send_imm(a, src.data(), 0, src.lkey(), 0x1234u), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_SEND_IMM);
+    EXPECT_EQ(c.imm, 0x1234u);
+    EXPECT_EQ(c.byte_len, 0u);
+    ASSERT_EQ(dev::send(a, src.data(), 1, src.lkey()), Status::Ok);
+    dev::commit(a);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+    ASSERT_EQ(dev::wait_recv(b, 1, &c, kTimeout), Status::CompletionError);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+    EXPECT_TRUE(dev::qp_in_error(a));
+    EXPECT_TRUE(dev::qp_in_error(b));
+}
+
+// Work posted before RTS waits: commit says QpNotReady and nothing executes; the move to
+// RTS runs it.
+TEST(SoftErrors, PostedBeforeRtsRunsAtRts) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 64, false);
+    HostBuf src(p.pd, 256, kLocalWrite), dst(p.pd, 256, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 3);
+    p.qp[1]->connect(p.qp[0]->endpoint());
+    p.qp[0]->to_init();
+    RtrAttr rtr;
+    rtr.remote_qpn = p.qp[1]->qpn();
+    p.qp[0]->to_rtr(rtr);
+    auto a = p.h(0);
+    ASSERT_EQ(dev::write(a, src.data(), 200, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpNotReady);
+    Completion c{};
+    EXPECT_EQ(dev::wait_send(a, 1, &c, 20 * kMs), Status::Timeout);
+    EXPECT_EQ(gvtest::first_not(dst.data(), dst.size(), gvtest::kGuard), -1);
+    p.qp[0]->to_rts();
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(c.wqe_counter, 0u);
+    EXPECT_EQ(gvtest::first_diff(src.data(), dst.data(), 200), -1);
+    EXPECT_EQ(gvtest::first_not(dst.at(200), 56, gvtest::kGuard), -1);
+}
+
+// ---- posting-time limits ---------------------------------------------------------------
+
+TEST(SoftErrors, PostTimeLimits) {
+    QpOptions o;
+    o.max_send_sge = 3;
+    o.max_recv_sge = 2;
+    o.max_inline = 100;
+    Env e(o);
+    auto a = e.a(), b = e.b();
+    Sge s[4];
+    for (int i = 0; i < 4; ++i) s[i] = {e.src.addr(i * 16), 16, e.src.lkey()};
+    EXPECT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, s, 4, e.dst.addr(0), e.dst.rkey(), 0, kSignaled),
+              Status::InvalidArgument);
+    EXPECT_EQ(dev::post_sge(a, MLX5_OPCODE_SEND, s, 4, 0, 0, 0, kSignaled), Status::InvalidArgument);
+    EXPECT_EQ(dev::write_inline(a, e.src.data(), 101, e.dst.addr(0), e.dst.rkey()), Status::InvalidArgument);
+    EXPECT_EQ(dev::send_inline(a, e.src.data(), 101), Status::InvalidArgument);
+    EXPECT_EQ(dev::post_recv(b, s, 3), Status::InvalidArgument);
+    EXPECT_EQ(gvtest::sq_pos(a), 0u) << "a refused WQE took queue space";
+    EXPECT_EQ(__atomic_load_n(&b.ctr->rq_reserved, __ATOMIC_ACQUIRE), 0u);
+    // The limits themselves are fine, and the QP is unharmed.
+    ASSERT_EQ(dev::post_recv(b, s, 2), Status::Ok);
+    ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, s, 3, e.dst.addr(0), e.dst.rkey(), 0, kSignaled),
+              Status::Ok);
+    ASSERT_EQ(dev::write_inline(a, e.src.data(), 100, e.dst.addr(100), e.dst.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c[2];
+    ASSERT_EQ(dev::wait_send(a, 2, c, kTimeout), Status::Ok);
+    EXPECT_EQ(c[0].wqe_counter, 0u);
+    EXPECT_EQ(gvtest::first_diff(e.src.data(), e.dst.data(), 48), -1);
+    EXPECT_EQ(gvtest::first_diff(e.src.data(), e.dst.at(100), 100), -1);
+    EXPECT_EQ(e.p.qp[0]->state(), QpState::Rts);
+}
+
+// ---- completion queue overrun ------------------------------------------------------------
+
+TEST(SoftErrors, CqOverrun) {
+    Pair p(gvtest::cpu_context(), {}, MemoryKind::Default, 2);
+    ASSERT_EQ(p.scq[0]->depth(), 2u);
+    HostBuf src(p.pd, 4096, kLocalWrite), dst(p.pd, 4096, kAllAccess);
+    auto a = p.h(0);
+    for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(dev::write(a, src.at(i * 64), 64, src.lkey(), dst.addr(i * 64), dst.rkey()), Status::Ok);
+    dev::commit(a);
+    Completion c[8];
+    uint32_t got = 99;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(dev::wait_send(a, 8, c, kTimeout, &got), Status::CqOverrun);
+    EXPECT_LT(ms_since(t0), 1000.0);
+    EXPECT_LE(got, 2u);
+    EXPECT_TRUE(dev::cq_overrun(a.scq));
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+}
+
+// ---- bounded waits ---------------------------------------------------------------------
+
+TEST(SoftErrors, BoundedWaitsTimeOut) {
+    QpOptions o;
+    o.sq_depth = 4;
+    o.rq_depth = 4;
+    Pair p(gvtest::cpu_context(), o);
+    auto a = p.h(0), b = p.h(1);
+    Completion c{};
+    uint32_t got = 7;
+    {
+        SCOPED_TRACE("wait for a completion that never comes");
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::wait_send(a, 1, &c, 50 * kMs, &got), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+        EXPECT_EQ(got, 0u);
+        t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::wait_recv(b, 1, &c, 50 * kMs), Status::Timeout);
+        EXPECT_LT(ms_since(t0), 1000.0);
+    }
+    {
+        SCOPED_TRACE("post to a full send queue (its completions never polled)");
+        unsigned long long ring = 1ull << a.sq_log_bb;
+        for (unsigned long long i = 0; i < ring; ++i) ASSERT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Ok);
+        ASSERT_EQ(dev::commit(a), Status::Ok);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+        EXPECT_EQ(gvtest::sq_pos(a), ring) << "a timed-out post reserved space";
+        // Polling frees the ring.
+        std::vector<Completion> all(ring);
+        ASSERT_EQ(dev::wait_send(a, uint32_t(ring), all.data(), kTimeout), Status::Ok);
+        EXPECT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Ok);
+    }
+    {
+        SCOPED_TRACE("post to a full receive queue");
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(dev::recv(b, nullptr, 0, 0, 50 * kMs), Status::Ok);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(dev::recv(b, nullptr, 0, 0, 50 * kMs), Status::Timeout);
+        double ms = ms_since(t0);
+        EXPECT_GE(ms, 50.0);
+        EXPECT_LT(ms, 1000.0);
+    }
+}
