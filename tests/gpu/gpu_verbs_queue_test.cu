@@ -1,0 +1,495 @@
+// The device-side verbs set driven from CUDA kernels: ring wrap and backpressure, error CQEs
+// with flushing, selective signaling.
+// The software device executes everything on the GPU; the host checks every byte and every
+// completion field. Every wait inside a kernel is bounded.
+#include "gpu/gpu_verbs_util.cuh"
+
+using namespace gv;
+using gvtest::DevBuf;
+
+namespace {
+
+// =============================================================================================
+// 10. Wrap and backpressure: more than 70,000 WQEs of mixed kinds through one QP with a
+//     128-WQEBB ring, posted by one block (bounded posts; on Timeout the block commits and
+//     polls completions to free slots). The 16-bit WQE counter wraps. At the end a bounded
+//     post into a full ring returns Timeout after its timeout and posts nothing.
+// =============================================================================================
+
+constexpr uint32_t kWrapSlots = 1024, kWrapSlot = 64, kWrapThreads = 32, kWrapIters = 2210;
+
+GV_HOST_DEVICE uint32_t wrap_kind(uint32_t iter) { return iter % 5; }  // 0,1 WRITE, 2 inline, 3 NOP, 4 fetch-add
+GV_HOST_DEVICE uint32_t wrap_inline_len(uint64_t gid) { return uint32_t(gid % 61); }
+GV_HOST_DEVICE uint32_t wrap_bbs(uint32_t kind, uint64_t gid) {
+    return kind == 2 ? bbs_inline(true, wrap_inline_len(gid)) : 1u;
+}
+GV_HOST_DEVICE uint8_t wrap_opcode(uint32_t kind) {
+    return kind == 3 ? uint8_t(MLX5_OPCODE_NOP) : kind == 4 ? uint8_t(MLX5_OPCODE_ATOMIC_FA) : uint8_t(MLX5_OPCODE_RDMA_WRITE);
+}
+
+struct WrapArgs {
+    dev::QpHandle a;
+    const uint8_t* src;
+    uint32_t slkey;
+    uint64_t dst;
+    uint32_t drkey;
+    uint64_t* res;
+    uint32_t reslkey;
+    uint64_t counter;
+    uint32_t crkey;
+    uint32_t iters;
+    uint32_t* expect;  // per iteration: (opcode << 16) | WQE counter of its signaled (last) WQE
+    unsigned long long* stats;  // [0] timeouts [1] final position [2] full-ring wait (ns) [3] completions
+};
+
+__global__ void wrap_kernel(WrapArgs w, DevErr* err) {
+    const uint32_t t = threadIdx.x, n = blockDim.x;
+    __shared__ unsigned long long pos;  // thread 0's replay of the positions
+    uint32_t next = 0;                  // thread 0: next iteration whose completion is due
+    unsigned long long timeouts = 0;
+    if (t == 0) pos = atom::load_acquire(&w.a.ctr->sq_reserved);
+    __syncthreads();
+    auto poll_some = [&]() -> uint32_t {  // thread 0
+        Completion c[64];
+        uint32_t k = dev::poll_cq(w.a.scq, c, 64);
+        for (uint32_t i = 0; i < k; ++i, ++next) {
+            if (next >= w.iters) {
+                dev_fail(err, __LINE__, next, w.iters);
+                continue;
+            }
+            const uint32_t e = w.expect[next];
+            if (!c[i].ok() || c[i].wqe_counter != (e & 0xffff) || c[i].wqe_opcode != (e >> 16))
+                dev_fail(err, __LINE__, (long long)c[i].status << 32 | c[i].wqe_opcode << 16 | c[i].wqe_counter,
+                         (long long)e);
+        }
+        return k;
+    };
+    for (uint32_t i = 0; i < w.iters; ++i) {
+        const uint32_t kind = wrap_kind(i);
+        const uint64_t gid = uint64_t(i) * n + t;
+        const uint32_t flags = t == n - 1 ? kSignaled : 0u;
+        const uint64_t slot = w.dst + (gid % kWrapSlots) * kWrapSlot;
+        uint8_t inl[64];
+        const uint32_t len = wrap_inline_len(gid);
+        if (kind == 2)
+            for (uint32_t j = 0; j < len; ++j) inl[j] = uint8_t(gid * 31 + j);
+        for (uint32_t attempt = 0;; ++attempt) {
+            Status st;
+            switch (kind) {
+                case 0:
+                case 1: st = dev::write<Scope::Block>(w.a, w.src + gid * 8, 8, w.slkey, slot + gid % 50, w.drkey, flags, 0); break;
+                case 2: st = dev::write_inline<Scope::Block>(w.a, inl, len, slot + 3, w.drkey, flags, 0); break;
+                case 3: st = dev::nop<Scope::Block>(w.a, flags, 0); break;
+                default: st = dev::fetch_add<Scope::Block>(w.a, w.res + gid, w.reslkey, w.counter, w.crkey, gid, flags, 0); break;
+            }
+            if (st == Status::Ok) break;
+            // The status is the block's (one reservation for all), so every thread leaves
+            // together. After a commit and a poll there must be room again.
+            if (st != Status::Timeout || attempt >= 1000) {
+                if (t == 0) dev_fail(err, __LINE__, int(st) * 100000 + attempt, i);
+                return;
+            }
+            DCHECK_EQ(dev::commit<Scope::Block>(w.a), Status::Ok);
+            if (t == 0) {
+                ++timeouts;
+                poll_some();
+            }
+            __syncthreads();
+        }
+        if (t == 0) {
+            unsigned long long end = pos, last = pos;
+            for (uint32_t k = 0; k < n; ++k) {
+                last = end;
+                end += wrap_bbs(kind, uint64_t(i) * n + k);
+            }
+            DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), end);
+            pos = end;
+            w.expect[i] = (uint32_t(wrap_opcode(kind)) << 16) | uint32_t(uint16_t(last));
+        }
+        if (i % 2 == 1) DCHECK_EQ(dev::commit<Scope::Block>(w.a), Status::Ok);
+    }
+    DCHECK_EQ(dev::commit<Scope::Block>(w.a), Status::Ok);
+    if (t != 0) return;
+    const uint64_t t0 = atom::now_ns();
+    while (next < w.iters) {
+        if (poll_some() == 0) {
+            dev::drive(w.a);
+            if (atom::now_ns() - t0 > kWait) {
+                dev_fail(err, __LINE__, next, w.iters);
+                return;
+            }
+        }
+    }
+    w.stats[3] = next;
+    // Every WQE is retired: fill the ring exactly, then one more bounded post must time out.
+    const uint32_t ring = 1u << w.a.sq_log_bb;
+    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_retired), pos);
+    for (uint32_t k = 0; k < ring; ++k) DCHECK_EQ(dev::nop(w.a, k == ring - 1 ? kSignaled : 0u, 0), Status::Ok);
+    const unsigned long long full = atom::load_acquire(&w.a.ctr->sq_reserved);
+    DCHECK_EQ(full, pos + ring);
+    const uint64_t t1 = atom::now_ns();
+    DCHECK_EQ(dev::write(w.a, w.src, 8, w.slkey, w.dst, w.drkey, kSignaled, 1 * kMs), Status::Timeout);
+    w.stats[2] = atom::now_ns() - t1;
+    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), full);  // nothing reserved
+    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_ready), full);
+    DCHECK_EQ(dev::commit(w.a), Status::Ok);
+    Completion c;
+    DCHECK_EQ(dev::wait_send(w.a, 1, &c, kWait), Status::Ok);
+    DCHECK_EQ(c.wqe_counter, uint16_t(full - 1));
+    DCHECK_EQ(c.wqe_opcode, MLX5_OPCODE_NOP);
+    // Room again.
+    DCHECK_EQ(dev::nop(w.a, kSignaled, 1 * kMs), Status::Ok);
+    DCHECK_EQ(dev::commit(w.a), Status::Ok);
+    DCHECK_EQ(dev::wait_send(w.a, 1, &c, kWait), Status::Ok);
+    DCHECK_EQ(c.wqe_counter, uint16_t(full));
+    w.stats[0] = timeouts;
+    w.stats[1] = full + 1;
+}
+
+TEST(GpuVerbsQueue, WrapAndBackpressureOver70kWqes) {
+    GV_SKIP_WITHOUT_GPU();
+    QpOptions o;
+    o.sq_depth = 64;  // 2 WQEBBs per WQE budget (64 inline bytes): a 128-WQEBB ring
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    auto a = p.h(0);
+    ASSERT_EQ(1u << a.sq_log_bb, 128u);
+    constexpr uint32_t T = kWrapThreads, I = kWrapIters;
+    constexpr uint64_t N = uint64_t(T) * I;
+    constexpr uint64_t kInit = 5;
+    DevBuf src(N * 8), dst(kWrapSlots * kWrapSlot), res(N * 8), counter(8), expect(I * 4), stats(64);
+    std::vector<uint8_t> hsrc(N * 8);
+    gvtest::fill_random(hsrc.data(), hsrc.size(), 77);
+    h2d(src.p, hsrc.data(), hsrc.size());
+    CUDA_OK(cudaMemset(dst.p, kGuard, dst.n));
+    CUDA_OK(cudaMemset(res.p, 0xee, res.n));
+    h2d(counter.p, &kInit, 8);
+    CUDA_OK(cudaMemset(stats.p, 0, 64));
+    MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite), md(p.pd, dst.p, dst.n, kAllAccess),
+        mres(p.pd, res.p, res.n, kLocalWrite), mc(p.pd, counter.p, 8, kAllAccess);
+    WrapArgs w{a, src.get(), ms.lkey(), addr_of(dst), md.rkey(), res.get<uint64_t>(), mres.lkey(), addr_of(counter),
+               mc.rkey(), I, expect.get<uint32_t>(), stats.get<unsigned long long>()};
+    Err err;
+    wrap_kernel<<<1, T>>>(w, err.get());
+    LAUNCH_OK();
+    err.expect_none();
+    auto st = d2h<unsigned long long>(stats.p, 4);
+    std::printf("[ gpu ] %llu WQEs posted, %llu posts hit a full ring, full-ring post waited %.3f ms\n",
+                (unsigned long long)N, st[0], st[2] / 1e6);
+    EXPECT_EQ(st[3], I) << "completions polled";
+    EXPECT_GT(st[0], 0u) << "the ring never filled: backpressure untested";
+    EXPECT_GE(st[2], 1 * kMs) << "the bounded post returned before its timeout";
+    EXPECT_LT(st[2], 1000 * kMs);
+    EXPECT_GT(N, 70'000u);
+    EXPECT_GT(st[1], 65'536u + 128u) << "the 16-bit WQE counter did not wrap";
+    EXPECT_EQ(counters(a).sq_reserved, st[1]);
+
+    // Replay in posting order (block scope: thread order within an iteration).
+    std::vector<uint8_t> shadow(kWrapSlots * kWrapSlot, kGuard);
+    std::vector<uint64_t> want_old(N, 0xeeeeeeeeeeeeeeeeull);
+    uint64_t sum = kInit;
+    for (uint32_t i = 0; i < I; ++i) {
+        const uint32_t kind = wrap_kind(i);
+        for (uint32_t t = 0; t < T; ++t) {
+            const uint64_t gid = uint64_t(i) * T + t;
+            const size_t slot = (gid % kWrapSlots) * kWrapSlot;
+            if (kind <= 1) {
+                std::memcpy(&shadow[slot + gid % 50], &hsrc[gid * 8], 8);
+            } else if (kind == 2) {
+                for (uint32_t j = 0; j < wrap_inline_len(gid); ++j) shadow[slot + 3 + j] = uint8_t(gid * 31 + j);
+            } else if (kind == 4) {
+                want_old[gid] = sum;
+                sum += gid;
+            }
+        }
+    }
+    auto hd = d2h<uint8_t>(dst.p, dst.n);
+    long d = gvtest::first_diff(shadow.data(), hd.data(), hd.size());
+    EXPECT_EQ(d, -1) << "target byte " << d;
+    auto hr = d2h<uint64_t>(res.p, N);
+    for (uint64_t gid = 0; gid < N; ++gid) ASSERT_EQ(hr[gid], want_old[gid]) << "fetch-add result slot " << gid;
+    EXPECT_EQ(d2h<uint64_t>(counter.p, 1)[0], sum);
+}
+
+// =============================================================================================
+// 11. Error CQEs from kernels: the bad WQE completes with its syndrome, everything after it
+//     is flushed (WR_FLUSH_ERR, signaled or not), memory stays untouched; the completions
+//     are polled 64 at a time.
+// =============================================================================================
+
+enum BadKind : uint32_t { kBadWrite = 0, kBadCas = 1, kBadFa = 2 };
+
+struct ErrArgs {
+    dev::QpHandle a;
+    const uint8_t* src;
+    uint32_t slkey;
+    uint64_t dst;
+    uint32_t drkey;
+    uint8_t* back;
+    uint32_t blkey;
+    uint64_t pre;
+    uint32_t prkey;
+    uint32_t kind;  // BadKind
+    uint32_t bad_lkey, bad_rkey;
+    uint64_t bad_raddr;
+    Completion* cqes;  // room for 2 + blockDim + 1 + 64
+    uint32_t* polls;   // what successive poll_cq(64) calls returned (16 entries)
+    unsigned long long* pos;  // [0] the bad WQE's position, [1] the first follower's
+    int* commit_st;
+};
+
+constexpr uint32_t kErrLen = 256, kErrFollowers = 96;
+constexpr size_t kErrSize = 16384, kErrTgt = 4096;
+
+__global__ void error_kernel(ErrArgs e, DevErr* err) {
+    const uint32_t t = threadIdx.x, n = blockDim.x;
+    if (t == 0) {
+        DCHECK_EQ(dev::write(e.a, e.src, kErrLen, e.slkey, e.pre, e.prkey, kSignaled, kWait), Status::Ok);
+        e.pos[0] = atom::load_acquire(&e.a.ctr->sq_reserved);
+        uint64_t* local = reinterpret_cast<uint64_t*>(e.back + 8);
+        Status st;
+        if (e.kind == kBadWrite)
+            st = dev::write(e.a, e.src, kErrLen, e.bad_lkey, e.bad_raddr, e.bad_rkey, kSignaled, kWait);
+        else if (e.kind == kBadCas)
+            st = dev::compare_swap(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 0xa5a5a5a5a5a5a5a5ull, 1, kSignaled, kWait);
+        else
+            st = dev::fetch_add(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 5, kSignaled, kWait);
+        DCHECK_EQ(st, Status::Ok);  // posting is fine: the device finds the error
+        e.pos[1] = atom::load_acquire(&e.a.ctr->sq_reserved);
+    }
+    __syncthreads();
+    // Followers in thread order: WRITEs and READs, one in three signaled.
+    const bool rd = t % 2;
+    Sge s{rd ? reinterpret_cast<uint64_t>(e.back + 512 + t * 16) : reinterpret_cast<uint64_t>(e.src + t * 16), 16,
+          rd ? e.blkey : e.slkey};
+    DCHECK_EQ(dev::post_sge<Scope::Block>(e.a, rd ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE, &s, 1,
+                                          e.dst + 1024 + t * 16, e.drkey, 0, t % 3 == 0 ? kSignaled : 0u, kWait),
+              Status::Ok);
+    Status cs = dev::commit<Scope::Block>(e.a);
+    if (t != 0) return;
+    *e.commit_st = int(cs);
+    const uint32_t want = 2 + n;
+    uint32_t total = 0, calls = 0;
+    const uint64_t t0 = atom::now_ns();
+    while (total < want) {
+        uint32_t k = dev::poll_cq(e.a.scq, e.cqes + total, 64);
+        total += k;
+        if (k && calls < 16) e.polls[calls++] = k;
+        if (!k) {
+            dev::drive(e.a);
+            if (atom::now_ns() - t0 > kWait) break;
+        }
+    }
+    DCHECK_EQ(total, want);
+    Completion extra;
+    DCHECK_EQ(dev::poll_cq(e.a.scq, &extra, 1), 0u);
+    // Work posted in ERROR is flushed as soon as it is committed.
+    DCHECK_EQ(dev::nop(e.a, kSignaled, kWait), Status::Ok);
+    DCHECK_EQ(dev::commit(e.a), Status::QpError);
+    DCHECK_EQ(dev::wait_send(e.a, 1, e.cqes + want, kWait), Status::CompletionError);
+}
+
+struct ErrEnv {
+    gvtest::Pair p;
+    DevBuf src{kErrSize}, dst{kErrSize}, back{kErrSize}, pre{kErrLen};
+    std::unique_ptr<MemoryRegion> msrc, mdst, mback, mpre;
+    std::vector<uint8_t> hsrc = std::vector<uint8_t>(kErrSize);
+    explicit ErrEnv(const InitAttr& peer_init = {})
+        : p(gvtest::gpu_ctx(), QpOptions{}, MemoryKind::Default, 256, false) {
+        gvtest::fill_random(hsrc.data(), kErrSize, 99);
+        h2d(src.p, hsrc.data(), kErrSize);
+        for (DevBuf* d : {&dst, &back, &pre}) cudaMemset(d->p, kGuard, d->n);
+        msrc = std::make_unique<MemoryRegion>(p.pd, src.p, kErrSize, kLocalWrite);
+        mdst = std::make_unique<MemoryRegion>(p.pd, dst.p, kErrSize, kAllAccess);
+        mback = std::make_unique<MemoryRegion>(p.pd, back.p, kErrSize, kLocalWrite);
+        mpre = std::make_unique<MemoryRegion>(p.pd, pre.p, kErrLen, kAllAccess);
+        p.qp[0]->connect(p.qp[1]->endpoint());
+        p.qp[1]->connect(p.qp[0]->endpoint(), peer_init);
+    }
+
+    /// Runs error_kernel with the given bad WQE; checks every completion, the QP state and
+    /// that no memory changed.
+    void run(uint32_t kind, uint32_t lkey, uint32_t rkey, uint64_t raddr, uint8_t syndrome, uint8_t opcode) {
+        constexpr uint32_t T = kErrFollowers, want = 2 + T;
+        DevBuf cq((want + 1 + 64) * sizeof(Completion)), polls(16 * 4), pos(16), cst(4);
+        CUDA_OK(cudaMemset(polls.p, 0, polls.n));
+        auto a = p.h(0);
+        ErrArgs e{a, src.get(), msrc->lkey(), addr_of(dst), mdst->rkey(), back.get(), mback->lkey(), addr_of(pre),
+                  mpre->rkey(), kind, lkey, rkey, raddr, cq.get<Completion>(), polls.get<uint32_t>(),
+                  pos.get<unsigned long long>(), cst.get<int>()};
+        Err err;
+        error_kernel<<<1, T>>>(e, err.get());
+        LAUNCH_OK();
+        err.expect_none();
+        auto c = d2h<Completion>(cq.p, want + 1);
+        auto pl = d2h<uint32_t>(polls.p, 16);
+        auto ps = d2h<unsigned long long>(pos.p, 2);
+        const uint32_t qpn = p.qp[0]->qpn();
+        EXPECT_EQ(d2h<int>(cst.p, 1)[0], int(Status::QpError)) << "commit's status";
+        EXPECT_EQ(pl[0], 64u) << "the first poll_cq(64) should take 64 of the " << want << " waiting completions";
+        EXPECT_EQ(pl[1], want - 64);
+        EXPECT_EQ(pl[2], 0u);
+        EXPECT_TRUE(c[0].ok()) << mlx5::syndrome_name(c[0].status);
+        EXPECT_EQ(c[0].wqe_counter, uint16_t(ps[0] - 1));
+        EXPECT_EQ(c[1].cqe_opcode, MLX5_CQE_REQ_ERR);
+        EXPECT_EQ(c[1].status, syndrome) << "got " << mlx5::syndrome_name(c[1].status) << ", expected "
+                                         << mlx5::syndrome_name(syndrome);
+        EXPECT_EQ(c[1].wqe_opcode, opcode);
+        EXPECT_EQ(c[1].wqe_counter, uint16_t(ps[0]));
+        EXPECT_EQ(c[1].qpn, qpn);
+        for (uint32_t k = 0; k < T; ++k) {
+            const Completion& f = c[2 + k];
+            EXPECT_EQ(f.cqe_opcode, MLX5_CQE_REQ_ERR) << "follower " << k;
+            EXPECT_EQ(f.status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << "follower " << k << ": " << mlx5::syndrome_name(f.status);
+            EXPECT_EQ(f.wqe_opcode, k % 2 ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE) << "follower " << k;
+            EXPECT_EQ(f.wqe_counter, uint16_t(ps[1] + k)) << "follower " << k;
+            EXPECT_EQ(f.qpn, qpn);
+            if (testing::Test::HasFailure()) break;
+        }
+        EXPECT_EQ(c[want].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        EXPECT_EQ(c[want].wqe_opcode, MLX5_OPCODE_NOP);
+        EXPECT_EQ(c[want].wqe_counter, uint16_t(ps[1] + T));
+        EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+        EXPECT_EQ(p.qp[0]->error_syndrome(), syndrome);
+        auto hd = d2h<uint8_t>(dst.p, kErrSize), hb = d2h<uint8_t>(back.p, kErrSize), hp = d2h<uint8_t>(pre.p, kErrLen),
+             hs = d2h<uint8_t>(src.p, kErrSize);
+        EXPECT_EQ(first_not(hd.data(), kErrSize, kGuard), -1) << "remote memory changed";
+        EXPECT_EQ(first_not(hb.data(), kErrSize, kGuard), -1) << "local memory changed";
+        EXPECT_EQ(gvtest::first_diff(hsrc.data(), hs.data(), kErrSize), -1) << "source changed";
+        EXPECT_EQ(gvtest::first_diff(hsrc.data(), hp.data(), kErrLen), -1) << "the WQE before the error did not run";
+    }
+};
+
+TEST(GpuVerbsErrors, BadRkeyThenFlush) {
+    GV_SKIP_WITHOUT_GPU();
+    for (uint32_t key : {0x12345601u, 0u}) {
+        SCOPED_TRACE(testing::Message() << "rkey " << key);
+        ErrEnv e;
+        e.run(kBadWrite, e.msrc->lkey(), key, addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+              MLX5_OPCODE_RDMA_WRITE);
+    }
+}
+
+TEST(GpuVerbsErrors, RkeyOfAnotherPd) {
+    GV_SKIP_WITHOUT_GPU();
+    ErrEnv e;
+    ProtectionDomain other(e.p.ctx);
+    MemoryRegion m(other, e.dst.p, kErrSize, kAllAccess);
+    e.run(kBadWrite, e.msrc->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+          MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(GpuVerbsErrors, RemoteRangeOutOfBounds) {
+    GV_SKIP_WITHOUT_GPU();
+    ErrEnv e;
+    e.run(kBadWrite, e.msrc->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrSize - 100), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+          MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(GpuVerbsErrors, RemoteRegionWithoutRemoteWrite) {
+    GV_SKIP_WITHOUT_GPU();
+    ErrEnv e;
+    MemoryRegion m(e.p.pd, e.dst.p, kErrSize, kLocalWrite | kRemoteRead);
+    e.run(kBadWrite, e.msrc->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+          MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(GpuVerbsErrors, BadLkey) {
+    GV_SKIP_WITHOUT_GPU();
+    ErrEnv e;
+    e.run(kBadWrite, 0x12345601u, e.mdst->rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+          MLX5_OPCODE_RDMA_WRITE);
+}
+
+TEST(GpuVerbsErrors, MisalignedAtomics) {
+    GV_SKIP_WITHOUT_GPU();
+    for (int off : {1, 4, 7}) {
+        SCOPED_TRACE(testing::Message() << "offset " << off);
+        {
+            ErrEnv e;
+            e.run(kBadCas, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt + off),
+                  MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_ATOMIC_CS);
+        }
+        {
+            ErrEnv e;
+            e.run(kBadFa, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt + off),
+                  MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_ATOMIC_FA);
+        }
+    }
+}
+
+TEST(GpuVerbsErrors, AtomicOnRegionWithoutRemoteAtomic) {
+    GV_SKIP_WITHOUT_GPU();
+    ErrEnv e;
+    MemoryRegion m(e.p.pd, e.dst.p, kErrSize, kLocalWrite | kRemoteWrite | kRemoteRead);
+    e.run(kBadFa, e.mback->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+          MLX5_OPCODE_ATOMIC_FA);
+}
+
+TEST(GpuVerbsErrors, AtomicOnPeerQpWithoutRemoteAtomic) {
+    GV_SKIP_WITHOUT_GPU();
+    InitAttr init;
+    init.access = kRemoteWrite | kRemoteRead;
+    ErrEnv e(init);
+    e.run(kBadCas, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+          MLX5_OPCODE_ATOMIC_CS);
+}
+
+// =============================================================================================
+// 12. Selective signaling: lane 31 of every warp signals (1 WQE in 32); exactly that many
+//     completions arrive, each naming the last WQE of its warp's group.
+// =============================================================================================
+
+__global__ void selective_kernel(dev::QpHandle a, const uint8_t* src, uint32_t slkey, uint64_t dst, uint32_t drkey,
+                                 uint32_t rounds, Completion* cqes, uint32_t* extra, DevErr* err) {
+    const uint32_t t = threadIdx.x, n = blockDim.x, lane = t & 31, per_round = n / 32;
+    for (uint32_t r = 0; r < rounds; ++r) {
+        const uint32_t id = r * n + t;
+        __syncwarp();
+        DCHECK_EQ(dev::write<Scope::Warp>(a, src + size_t(id) * 16, 16, slkey, dst + uint64_t(id) * 16, drkey,
+                                          lane == 31 ? kSignaled : 0u, kWait),
+                  Status::Ok);
+        DCHECK_EQ(dev::commit<Scope::Block>(a), Status::Ok);
+        if (t == 0) {
+            uint32_t got = 0;
+            DCHECK_EQ(dev::wait_send(a, per_round, cqes + size_t(r) * per_round, kWait, &got), Status::Ok);
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        // No completion beyond the signaled ones.
+        Completion c;
+        uint32_t got = 99;
+        DCHECK_EQ(dev::wait_send(a, 1, &c, 2 * kMs, &got), Status::Timeout);
+        *extra = got;
+    }
+}
+
+TEST(GpuVerbsQueue, SelectiveSignalingOneIn32) {
+    GV_SKIP_WITHOUT_GPU();
+    constexpr uint32_t T = 256, R = 16, N = T * R, C = N / 32;
+    gvtest::Pair p(gvtest::gpu_ctx());
+    DevBuf src(N * 16), dst(N * 16), cq(C * sizeof(Completion)), extra(4);
+    std::vector<uint8_t> hsrc(src.n);
+    gvtest::fill_random(hsrc.data(), hsrc.size(), 12);
+    h2d(src.p, hsrc.data(), hsrc.size());
+    CUDA_OK(cudaMemset(dst.p, kGuard, dst.n));
+    MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite), md(p.pd, dst.p, dst.n, kAllAccess);
+    Err err;
+    selective_kernel<<<1, T>>>(p.h(0), src.get(), ms.lkey(), addr_of(dst), md.rkey(), R, cq.get<Completion>(),
+                               extra.get<uint32_t>(), err.get());
+    LAUNCH_OK();
+    err.expect_none();
+    EXPECT_EQ(d2h<uint32_t>(extra.p, 1)[0], 0u) << "completions beyond the signaled WQEs";
+    auto c = d2h<Completion>(cq.p, C);
+    for (uint32_t k = 0; k < C; ++k) {
+        ASSERT_TRUE(c[k].ok()) << k;
+        ASSERT_EQ(c[k].wqe_opcode, MLX5_OPCODE_RDMA_WRITE);
+        // Warp groups of 32 single-WQEBB WQEs, lane 31 last: positions 32k + 31.
+        ASSERT_EQ(c[k].wqe_counter, uint16_t(32 * k + 31)) << "completion " << k;
+    }
+    EXPECT_EQ(counters(p.h(0)).sq_reserved, uint64_t(N));
+    auto hd = d2h<uint8_t>(dst.p, dst.n);
+    EXPECT_EQ(gvtest::first_diff(hsrc.data(), hd.data(), hd.size()), -1);
+}
+
+}  // namespace
