@@ -37,7 +37,7 @@ __global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t 
         dev::commit<Scope::Block>(qp);
         // The sink: every published WQE is complete, its slots free again.
         if (threadIdx.x == 0)
-            atom::store_release(&qp.ctr->sq_retired, atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0), qp.sys != 0);
+            atom::store_release(&qp.q.ctr->sq_retired, atom::load_acquire(&qp.q.ctr->sq_ready, qp.sys != 0), qp.sys != 0);
         __syncthreads();
     }
 }
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
             o.memory = mk;
             qps.push_back(std::make_unique<QueuePair>(pd, o));
             dev::QpHandle h = qps.back()->device_handle();
-            h.backend = BackendKind::Mlx5;  // doorbell record + UAR write, no executor
+            h.backend = Backend::Mlx5;  // doorbell record + UAR write, no executor
             h.sys = 1;                      // what a NIC reading the queue needs
             h.uar = uars.get() + q * 8;
             hs.push_back(h);

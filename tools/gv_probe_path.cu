@@ -30,7 +30,7 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         unsigned long long t2 = clock64();
         dev::sq_publish_group(qp, res);
         unsigned long long t3 = clock64();
-        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready));
+        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready));
         unsigned long long t4 = clock64();
         soft::progress(qp.soft, soft::ThreadGroup{});
         unsigned long long t5 = clock64();

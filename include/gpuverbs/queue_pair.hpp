@@ -11,10 +11,6 @@
 
 namespace gv {
 
-/// QP states, numbered as enum ibv_qp_state.
-enum class QpState { Reset = 0, Init = 1, Rtr = 2, Rts = 3, Sqd = 4, Sqe = 5, Error = 6 };
-const char* qp_state_name(QpState s);
-
 struct QpOptions {
     CompletionQueue* send_cq = nullptr;  ///< required
     CompletionQueue* recv_cq = nullptr;  ///< required

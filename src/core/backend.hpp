@@ -3,18 +3,28 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "gpuverbs/completion_queue.hpp"
 #include "gpuverbs/queue_pair.hpp"
 
 namespace gv::detail {
 
+/// A registered memory region as the backend knows it. A NIC hands out two keys (the
+/// software device gives one value for both).
 struct MrInfo {
-    uint32_t key = 0;
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
     bool device_memory = false;
 };
 
+class QpBackend;
+
+/// A CQ of a backend, and the one registry of the QPs that complete into it: attach()
+/// lets pollers free the QP's queue slots (the backend's slot table) and host-side waits
+/// drive the QP (QpBackend::drive).
 class CqBackend {
 public:
     virtual ~CqBackend() = default;
@@ -23,15 +33,31 @@ public:
     virtual MemoryKind memory() const = 0;
     /// True when CPU threads can read the ring.
     virtual bool host_pollable() const = 0;
-    /// Lets pollers free QP slots (send and/or receive side) of qpn.
-    virtual void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) = 0;
-    virtual void detach_qp(uint32_t qpn) = 0;
+
+    /// Registers qp's send side, receive side or both with this CQ.
+    void attach(QpBackend* qp, bool send, bool recv);
+    /// Undoes attach (a QP never attached: nothing happens).
+    void detach(QpBackend* qp);
+    /// Lets every attached QP make progress that waits for no doorbell (host waits).
+    void drive_attached();
+
+protected:
+    /// The backend's part of attach / detach: the slot table pollers free queue slots by.
+    virtual void attach_slots(const dev::QpHandle& qp, bool send, bool recv) = 0;
+    virtual void detach_slots(uint32_t qpn) = 0;
+
+private:
+    std::mutex mu_;
+    std::vector<QpBackend*> qps_;
 };
 
 class QpBackend {
 public:
     virtual ~QpBackend() = default;
     virtual dev::QpHandle handle() const = 0;
+    /// Progress a host-side waiter makes for this QP when it finds nothing to poll (the
+    /// software device's RNR retries and flushes). Nothing by default.
+    virtual void drive() {}
     virtual QpState state() const = 0;
     virtual uint8_t error_syndrome() const = 0;
     virtual void to_init(const InitAttr&) = 0;
@@ -51,7 +77,7 @@ public:
     virtual uint32_t pd_alloc() = 0;
     virtual void pd_free(uint32_t pd) = 0;
     virtual MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) = 0;
-    virtual void mr_deregister(uint32_t key) = 0;
+    virtual void mr_deregister(const MrInfo& mr) = 0;
     virtual std::unique_ptr<CqBackend> cq_create(const CqOptions& options) = 0;
     /// Host memory peers in other processes can reach (gv::SharedBuffer).
     virtual void* shared_alloc(size_t bytes) {

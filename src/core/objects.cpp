@@ -6,6 +6,7 @@
 
 #include "core/backend.hpp"
 #include "core/cuda_rt.hpp"
+#include "gpuverbs/device/completion_queue_device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
 namespace gv {
@@ -93,24 +94,24 @@ MemoryRegion::MemoryRegion(const ProtectionDomain& pd, void* addr, size_t length
     impl_ = std::make_unique<Impl>(Impl{pd.context(), addr, length, access, info});
 }
 MemoryRegion::~MemoryRegion() {
-    if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+    if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info);
 }
 MemoryRegion::MemoryRegion(MemoryRegion&&) noexcept = default;
 MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
     if (this != &o) {
-        if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+        if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info);
         impl_ = std::move(o.impl_);
     }
     return *this;
 }
-uint32_t MemoryRegion::lkey() const { return impl_->info.key; }
-uint32_t MemoryRegion::rkey() const { return impl_->info.key; }
+uint32_t MemoryRegion::lkey() const { return impl_->info.lkey; }
+uint32_t MemoryRegion::rkey() const { return impl_->info.rkey; }
 void* MemoryRegion::addr() const { return impl_->addr; }
 size_t MemoryRegion::length() const { return impl_->length; }
 uint32_t MemoryRegion::access() const { return impl_->access; }
 bool MemoryRegion::is_device_memory() const { return impl_->info.device_memory; }
 RemoteBuffer MemoryRegion::remote() const {
-    return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.key, impl_->access};
+    return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.rkey, impl_->access};
 }
 
 // ---- SharedBuffer -----------------------------------------------------------------------
@@ -139,12 +140,33 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
 void* SharedBuffer::data() const { return impl_ ? impl_->p : nullptr; }
 size_t SharedBuffer::size() const { return impl_ ? impl_->bytes : 0; }
 
+// ---- the QP-CQ registry ----------------------------------------------------------------
+namespace detail {
+void CqBackend::attach(QpBackend* qp, bool send, bool recv) {
+    std::lock_guard<std::mutex> lock(mu_);
+    attach_slots(qp->handle(), send, recv);
+    if (std::find(qps_.begin(), qps_.end(), qp) == qps_.end()) qps_.push_back(qp);
+}
+void CqBackend::detach(QpBackend* qp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find(qps_.begin(), qps_.end(), qp);
+    if (it == qps_.end()) return;
+    qps_.erase(it);
+    try {  // writes CQ memory: fails on a failed CUDA context, when nothing needs undoing
+        detach_slots(qp->handle().q.qpn);
+    } catch (...) {
+    }
+}
+void CqBackend::drive_attached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (QpBackend* q : qps_) q->drive();
+}
+}  // namespace detail
+
 // ---- CompletionQueue --------------------------------------------------------------------
 struct CompletionQueue::Impl {
     Context ctx;
     std::unique_ptr<detail::CqBackend> be;
-    std::mutex mu;
-    std::vector<dev::QpHandle> qps;  // driven by host-side waits
 };
 
 CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
@@ -188,10 +210,7 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
         if (dev::cq_overrun(h))
             throw CompletionError("CQ " + std::to_string(cqn()) + " overran (depth " +
                                   std::to_string(depth()) + "): completions were lost", 0);
-        {
-            std::lock_guard<std::mutex> lock(impl_->mu);
-            for (auto& q : impl_->qps) dev::drive(q);
-        }
+        impl_->be->drive_attached();
         if (bounded && std::chrono::steady_clock::now() > deadline)
             throw TimeoutError("CQ " + std::to_string(cqn()) + ": " + std::to_string(got) + " of " +
                                std::to_string(n) + " completions within " + std::to_string(timeout_ms) + " ms");
@@ -227,29 +246,32 @@ QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std
     impl_->opts = o;
     impl_->cqs[0] = o.send_cq->impl();
     impl_->cqs[1] = o.recv_cq->impl();
-    impl_->be =
-        pd.context().impl()->ops->qp_create(pd.handle(), o, impl_->cqs[0]->be.get(), impl_->cqs[1]->be.get());
-    auto h = impl_->be->handle();
-    for (CompletionQueue::Impl* cq : impl_->cqs) {
-        std::lock_guard<std::mutex> lock(cq->mu);
-        cq->qps.push_back(h);
-        if (impl_->cqs[0] == impl_->cqs[1]) break;
+    detail::CqBackend* scq = impl_->cqs[0]->be.get();
+    detail::CqBackend* rcq = impl_->cqs[1]->be.get();
+    impl_->be = pd.context().impl()->ops->qp_create(pd.handle(), o, scq, rcq);
+    try {
+        if (scq == rcq) {
+            scq->attach(impl_->be.get(), true, true);
+        } else {
+            scq->attach(impl_->be.get(), true, false);
+            rcq->attach(impl_->be.get(), false, true);
+        }
+    } catch (...) {
+        scq->detach(impl_->be.get());
+        rcq->detach(impl_->be.get());
+        throw;
     }
 }
 QueuePair::~QueuePair() {
     if (!impl_) return;
-    uint32_t q = impl_->be->handle().qpn;
-    for (CompletionQueue::Impl* cq : impl_->cqs) {
-        std::lock_guard<std::mutex> lock(cq->mu);
-        auto& v = cq->qps;
-        v.erase(std::remove_if(v.begin(), v.end(), [&](const dev::QpHandle& h) { return h.qpn == q; }),
-                v.end());
-    }
+    // Detached first: pollers and host waits must not reach the QP while it goes away.
+    for (CompletionQueue::Impl* cq : impl_->cqs) cq->be->detach(impl_->be.get());
+    impl_->be.reset();
 }
 QueuePair::QueuePair(QueuePair&&) noexcept = default;
 QueuePair& QueuePair::operator=(QueuePair&&) noexcept = default;
 
-uint32_t QueuePair::qpn() const { return impl_->be->handle().qpn; }
+uint32_t QueuePair::qpn() const { return impl_->be->handle().q.qpn; }
 QpState QueuePair::state() const { return impl_->be->state(); }
 uint8_t QueuePair::error_syndrome() const { return impl_->be->error_syndrome(); }
 void QueuePair::to_init(const InitAttr& a) { impl_->be->to_init(a); }

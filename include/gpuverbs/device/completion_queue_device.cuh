@@ -1,38 +1,14 @@
-// Device handle of a completion queue, and polling it from kernels or CPU threads.
+// Polling a completion queue from kernels or CPU threads (the handle: device/handles.hpp).
 #pragma once
 
 #include <type_traits>
 
 #include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/device/handles.hpp"
 #include "gpuverbs/device/status.cuh"
 #include "gpuverbs/mlx5/cqe.cuh"
-#include "gpuverbs/soft/state.cuh"
 
 namespace gv::dev {
-
-/// Where a poller reports completed send / receive WQEs, so that posters may reuse their
-/// queue slots (one entry per QP using this CQ, found by QP number).
-struct CqQpSlot {
-    uint32_t qpn;  ///< 0: empty
-    uint32_t sq_log_bb;
-    uint8_t* sq;                       ///< to read a completed WQE's size
-    unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
-    unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
-};
-
-/// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
-struct CqHandle {
-    mlx5_cqe64* cqes;
-    uint32_t* dbrec;
-    unsigned long long* ci;  ///< consumer index shared by every poller
-    CqQpSlot* slots;
-    uint32_t* overrun;       ///< software device: set once completions were lost (else null)
-    uint32_t log_cnt;
-    uint32_t slot_mask;
-    uint32_t sys;            ///< the ring is host memory or a NIC writes it
-    uint32_t cqn;
-};
-static_assert(std::is_trivially_copyable_v<CqHandle>);
 
 GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
     if (!cq.slots) return nullptr;
@@ -91,6 +67,9 @@ GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
 /// going to exactly one of them.
 GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
     if (cq.cqes == nullptr || cq.ci == nullptr) return 0;  // default-constructed handle
+#if !GV_DEVICE_CODE
+    if (!cq.host_reachable) return 0;  // GPU memory: a CPU thread cannot read the ring
+#endif
     const bool sys = cq.sys != 0;
     const uint32_t mask = (1u << cq.log_cnt) - 1;
     uint32_t n = 0;
