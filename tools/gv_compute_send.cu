@@ -37,15 +37,15 @@ __global__ void persistent_kernel(dev::QpHandle qp, float* x, uint32_t n, uint32
         __syncthreads();
         if (threadIdx.x == 0) {
             const Status st = dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled);
-            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.qpn, s, st);
+            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.q.qpn, s, st);
         }
         const Status cs = dev::commit<Scope::Block>(qp);
         if (threadIdx.x == 0) {
-            if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.qpn, s, cs);
+            if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.q.qpn, s, cs);
             Completion c;
             const Status ws = dev::wait_send(qp, 1, &c, 5'000'000'000ull);
             if (ws != Status::Ok)
-                record_failure(fail, Step::WaitSend, 0, qp.qpn, s, ws,
+                record_failure(fail, Step::WaitSend, 0, qp.q.qpn, s, ws,
                                ws == Status::CompletionError ? c : Completion{});
         }
         __syncthreads();

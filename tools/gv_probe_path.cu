@@ -39,11 +39,11 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         }
         unsigned long long t6 = clock64();
         if (rs != Status::Ok) {
-            gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.qpn, i, rs);
+            gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.q.qpn, i, rs);
             return;
         }
         if (!c.ok()) {
-            gvbench::record_failure(fail, gvbench::Step::WaitSend, 0, qp.qpn, i, Status::CompletionError, c);
+            gvbench::record_failure(fail, gvbench::Step::WaitSend, 0, qp.q.qpn, i, Status::CompletionError, c);
             return;
         }
         if (i >= 10) {

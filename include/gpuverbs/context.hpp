@@ -41,6 +41,9 @@ public:
     int gpu() const;
     /// Human-readable name of the opened device ("soft-cpu", "soft-gpu0", "mlx5_0").
     std::string name() const;
+    /// Which backend was opened and why, in a sentence (for Backend::Auto: what it found,
+    /// e.g. "Backend::Auto chose soft: no RDMA device present: the software RDMA device").
+    const std::string& selection() const;
     /// True when the library was built with CUDA support.
     static bool cuda_built();
     /// Number of CUDA GPUs visible (0 without CUDA).

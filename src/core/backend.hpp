@@ -89,10 +89,44 @@ public:
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
 };
 
+// ---- choosing a backend (Backend::Auto) --------------------------------------------------
+
+/// What Backend::Auto decides on: facts about the machine and the build.
+struct BackendFacts {
+    /// RDMA devices libibverbs lists, in its order, and which of them are ConnectX (mlx5).
+    std::vector<std::string> devices;
+    std::vector<bool> is_mlx5;
+    /// Kernels can drive a ConnectX's queues themselves (the mlx5 backend is usable here).
+    bool mlx5_gpu_queues = false;
+    std::string mlx5_why_not;  ///< why not, when a ConnectX exists but cannot be driven
+    /// The verbs proxy backend exists in this build.
+    bool verbs_backend = false;
+};
+
+struct BackendChoice {
+    Backend backend = Backend::Soft;
+    std::string device;  ///< the RDMA device to open (empty for soft)
+    std::string reason;  ///< why, in a sentence, for logs and Context::selection()
+};
+
+/// Backend::Auto as a plain function: mlx5 when a ConnectX's queues can be driven by
+/// kernels, else verbs when an RDMA device exists (and the verbs backend is built), else the
+/// software device. `wanted` (ContextOptions::device) restricts the choice to that device;
+/// a name no device has is an InvalidUsage error listing what exists.
+BackendChoice choose_backend(const BackendFacts& facts, const std::string& wanted);
+/// The facts of this machine and build.
+BackendFacts probe_backend_facts();
+
+/// What is wrong with an endpoint's backend-specific part for `backend` ("" when nothing):
+/// the out-of-band records' check of EndpointExtra, by the rules of the backend that reads it.
+std::string check_endpoint_extra(Backend backend, const EndpointExtra& extra);
+
+// ---- opening a backend -------------------------------------------------------------------
+
 std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes = 0);
 /// Opens a ConnectX through mlx5dv; throws NotSupported with the reason when impossible.
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
-/// True when a ConnectX (mlx5) RDMA device is present.
-bool mlx5_present();
+/// The RDMA devices libibverbs lists, and for each whether it is a ConnectX (mlx5).
+void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5);
 
 }  // namespace gv::detail

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "core/backend.hpp"
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/device/completion_queue_device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
@@ -39,6 +39,7 @@ const char* qp_state_name(QpState s) {
 // ---- Context ----------------------------------------------------------------------------
 struct Context::Impl {
     std::unique_ptr<detail::BackendOps> ops;
+    std::string selection;
 };
 
 Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
@@ -46,12 +47,20 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
                                 " invalid: expected -2 (auto), -1 (CPU threads) or a GPU index");
     int gpu = o.gpu;
     if (gpu == -2) gpu = detail::cuda::device_count() > 0 ? 0 : -1;
-    switch (o.backend) {
-        case Backend::Auto:
-            impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes);  // mlx5 GPU queues: not yet
-            break;
+    Backend b = o.backend;
+    std::string device = o.device;
+    if (b == Backend::Auto) {
+        detail::BackendChoice c = detail::choose_backend(detail::probe_backend_facts(), o.device);
+        b = c.backend;
+        device = c.device;
+        impl_->selection = "Backend::Auto chose " + std::string(backend_name(b)) + ": " + c.reason;
+    } else {
+        impl_->selection = std::string("Backend::") + backend_name(b) + " asked for";
+    }
+    switch (b) {
+        case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
-        case Backend::Mlx5: impl_->ops = detail::open_mlx5(o.device, gpu); break;
+        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu); break;
         case Backend::Verbs:
             throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
                                "in this version; use Backend::Soft");
@@ -61,6 +70,7 @@ Context::~Context() = default;
 Backend Context::backend() const { return impl_->ops->kind(); }
 int Context::gpu() const { return impl_->ops->gpu(); }
 std::string Context::name() const { return impl_->ops->name(); }
+const std::string& Context::selection() const { return impl_->selection; }
 bool Context::cuda_built() { return detail::cuda::built(); }
 int Context::gpu_count() { return detail::cuda::device_count(); }
 
@@ -294,7 +304,7 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     rtr.path_mtu = std::min(rtr.path_mtu, peer.mtu);
     rtr.dlid = peer.lid;
     rtr.dgid = peer.gid;
-    rtr.remote_soft = peer.soft;
+    rtr.remote_extra = peer.extra;
     to_rtr(rtr);
     to_rts(rts);
 }

@@ -16,7 +16,7 @@
 #include "soft/arena.hpp"
 #include "soft/peer_watch.hpp"
 #include "soft/soft_device.hpp"
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/detail/soft/doorbell.cuh"
 #include "gpuverbs/device/completion_queue_device.cuh"
 
@@ -265,7 +265,9 @@ public:
                                               " out of range: expected 0 .. 31");
         GV_REQUIRE(a.max_dest_rd_atomic <= 16, "max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) +
                                                    " out of range: expected 0 .. 16");
-        const SoftLocator& loc = a.remote_soft;
+        const std::string bad = soft::check_extra(a.remote_extra);
+        GV_REQUIRE(bad.empty(), "RtrAttr::remote_extra is not a software-device endpoint part: " + bad);
+        const soft::Locator loc = soft::decode(a.remote_extra);
         const bool foreign = loc.pid != 0 && loc.pid != dev_->pid();
         if (foreign) {
             connect_foreign(a.remote_qpn, loc);
@@ -329,14 +331,14 @@ public:
         e.psn = 0;
         e.mtu = 4096;
         e.device = dev_->name();
-        e.soft = dev_->locator(s_.at<soft::QpContext>(0), reachable());
+        e.extra = soft::encode(dev_->locator(s_.at<soft::QpContext>(0), reachable()));
         return e;
     }
 
 private:
     /// RTR against a QP of another process: map its arena here at the same address (once
     /// per arena), then point at its QpState and MR table as for a local peer.
-    void connect_foreign(uint32_t remote_qpn, const SoftLocator& loc) {
+    void connect_foreign(uint32_t remote_qpn, const soft::Locator& loc) {
         const std::string who = "remote QP " + hex(remote_qpn) + " of process " + std::to_string(loc.pid);
         if (loc.arena_size == 0)
             throw NotSupported("cannot connect to " + who +
@@ -351,19 +353,19 @@ private:
                                                   "was full when they were created: raise GV_GPU_ARENA_MB")
                                     : dev_->arena_error()) +
                                ")");
-        GV_REQUIRE(loc.qp_state >= loc.arena_base && loc.arena_size >= sizeof(soft::QpContext) &&
-                       loc.qp_state - loc.arena_base <= loc.arena_size - sizeof(soft::QpContext) &&
-                       loc.qp_state % alignof(soft::QpContext) == 0,
-                   who + ": QP state address " + hex(loc.qp_state) + " lies outside its arena");
+        GV_REQUIRE(loc.qp_context >= loc.arena_base && loc.arena_size >= sizeof(soft::QpContext) &&
+                       loc.qp_context - loc.arena_base <= loc.arena_size - sizeof(soft::QpContext) &&
+                       loc.qp_context % alignof(soft::QpContext) == 0,
+                   who + ": QP state address " + hex(loc.qp_context) + " lies outside its arena");
         if (dev_->on_gpu()) import_gpu_arena(dev_->gpu(), loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
         else import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
-        auto* peer = reinterpret_cast<soft::QpContext*>(loc.qp_state);
+        auto* peer = reinterpret_cast<soft::QpContext*>(loc.qp_context);
         // The peer wrote its QpState before it sent the endpoint; the socket round trip that
         // brought the endpoint here orders those stores before these loads.
         soft::QpContext ps{};
         if (dev_->on_gpu()) cuda::copy_from_device(&ps, peer, sizeof ps);
         else std::memcpy(&ps, peer, sizeof ps);
-        GV_REQUIRE(ps.qpn == remote_qpn, who + ": its arena holds QP " + hex(ps.qpn) + " at " + hex(loc.qp_state) +
+        GV_REQUIRE(ps.qpn == remote_qpn, who + ": its arena holds QP " + hex(ps.qpn) + " at " + hex(loc.qp_context) +
                                              " (the QP was destroyed, or the endpoint is stale)");
         soft::MrTable mrs = ps.local_mrs;
         const uint64_t tab = reinterpret_cast<uint64_t>(mrs.entries);

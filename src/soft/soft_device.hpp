@@ -16,9 +16,10 @@
 #include <unistd.h>
 
 #include "core/backend.hpp"
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/detail/soft/exec.cuh"
 #include "soft/arena.hpp"
+#include "soft/locator.hpp"
 
 namespace gv::detail::softdev {
 
@@ -125,14 +126,14 @@ public:
     }
     /// Where a QP of this device lives, for peers in other processes.
     /// reachable: the QP's state, queues and CQs all lie in the arena.
-    SoftLocator locator(const soft::QpContext* qp, bool reachable) const {
-        SoftLocator l;
+    soft::Locator locator(const soft::QpContext* qp, bool reachable) const {
+        soft::Locator l;
         l.pid = pid_;
         if (arena_ && reachable) {
             l.arena_fd = uint32_t(arena_->fd());
             l.arena_base = arena_->base();
             l.arena_size = arena_->size();
-            l.qp_state = reinterpret_cast<uint64_t>(qp);
+            l.qp_context = reinterpret_cast<uint64_t>(qp);
         }
         return l;
     }

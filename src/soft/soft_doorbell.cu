@@ -3,7 +3,7 @@
 // becomes a one-block kernel on the library's stream.
 #include <cuda_runtime.h>
 
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 #include "gpuverbs/detail/soft/exec.cuh"
 
