@@ -32,7 +32,7 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         unsigned long long t3 = clock64();
         dev::sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready));
         unsigned long long t4 = clock64();
-        soft::progress(qp.soft, soft::ThreadGroup{});
+        gv::detail::soft::progress(qp.soft.ctx, gv::detail::ThreadGroup{});
         unsigned long long t5 = clock64();
         Completion c;
         while (dev::poll_cq(qp.scq, &c, 1) == 0) {
