@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
                 // Throws what failed in step s: the loop ends at its first failure.
                 auto fail = [&](uint32_t s, Step step, Status why, Completion comp = Completion{}) {
                     Failure f{};
-                    record_failure(&f, step, 0, c.qpn, s, why, comp);
+                    record_failure(&f, step, 0, c.q.qpn, s, why, comp);
                     throw Error("the CPU initiator failed (" + std::to_string(n * 4) + " bytes, " + run +
                                 "): " + gvbench::describe(f, "WRITE"));
                 };

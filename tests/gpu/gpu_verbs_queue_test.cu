@@ -47,7 +47,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     __shared__ unsigned long long pos;  // thread 0's replay of the positions
     uint32_t next = 0;                  // thread 0: next iteration whose completion is due
     unsigned long long timeouts = 0;
-    if (t == 0) pos = atom::load_acquire(&w.a.ctr->sq_reserved);
+    if (t == 0) pos = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     __syncthreads();
     auto poll_some = [&]() -> uint32_t {  // thread 0
         Completion c[64];
@@ -102,7 +102,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
                 last = end;
                 end += wrap_bbs(kind, uint64_t(i) * n + k);
             }
-            DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), end);
+            DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), end);
             pos = end;
             w.expect[i] = (uint32_t(wrap_opcode(kind)) << 16) | uint32_t(uint16_t(last));
         }
@@ -122,16 +122,16 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     }
     w.stats[3] = next;
     // Every WQE is retired: fill the ring exactly, then one more bounded post must time out.
-    const uint32_t ring = 1u << w.a.sq_log_bb;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_retired), pos);
+    const uint32_t ring = 1u << w.a.q.sq_log_bb;
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_retired), pos);
     for (uint32_t k = 0; k < ring; ++k) DCHECK_EQ(dev::nop(w.a, k == ring - 1 ? kSignaled : 0u, 0), Status::Ok);
-    const unsigned long long full = atom::load_acquire(&w.a.ctr->sq_reserved);
+    const unsigned long long full = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     DCHECK_EQ(full, pos + ring);
     const uint64_t t1 = atom::now_ns();
     DCHECK_EQ(dev::write(w.a, w.src, 8, w.slkey, w.dst, w.drkey, kSignaled, 1 * kMs), Status::Timeout);
     w.stats[2] = atom::now_ns() - t1;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), full);  // nothing reserved
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_ready), full);
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), full);  // nothing reserved
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_ready), full);
     DCHECK_EQ(dev::commit(w.a), Status::Ok);
     Completion c;
     DCHECK_EQ(dev::wait_send(w.a, 1, &c, kWait), Status::Ok);
@@ -152,7 +152,7 @@ TEST(GpuVerbsQueue, WrapAndBackpressureOver70kWqes) {
     o.sq_depth = 64;  // 2 WQEBBs per WQE budget (64 inline bytes): a 128-WQEBB ring
     gvtest::Pair p(gvtest::gpu_ctx(), o);
     auto a = p.h(0);
-    ASSERT_EQ(1u << a.sq_log_bb, 128u);
+    ASSERT_EQ(1u << a.q.sq_log_bb, 128u);
     constexpr uint32_t T = kWrapThreads, I = kWrapIters;
     constexpr uint64_t N = uint64_t(T) * I;
     constexpr uint64_t kInit = 5;
@@ -244,7 +244,7 @@ __global__ void error_kernel(ErrArgs e, DevErr* err) {
     const uint32_t t = threadIdx.x, n = blockDim.x;
     if (t == 0) {
         DCHECK_EQ(dev::write(e.a, e.src, kErrLen, e.slkey, e.pre, e.prkey, kSignaled, kWait), Status::Ok);
-        e.pos[0] = atom::load_acquire(&e.a.ctr->sq_reserved);
+        e.pos[0] = atom::load_acquire(&e.a.q.ctr->sq_reserved);
         uint64_t* local = reinterpret_cast<uint64_t*>(e.back + 8);
         Status st;
         if (e.kind == kBadWrite)
@@ -254,7 +254,7 @@ __global__ void error_kernel(ErrArgs e, DevErr* err) {
         else
             st = dev::fetch_add(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 5, kSignaled, kWait);
         DCHECK_EQ(st, Status::Ok);  // posting is fine: the device finds the error
-        e.pos[1] = atom::load_acquire(&e.a.ctr->sq_reserved);
+        e.pos[1] = atom::load_acquire(&e.a.q.ctr->sq_reserved);
     }
     __syncthreads();
     // Followers in thread order: WRITEs and READs, one in three signaled.
