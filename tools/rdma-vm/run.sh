@@ -68,7 +68,7 @@ build_initramfs() {
   : > $R/modules.load
   local libs="/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libstdc++.so.6"
   local extra=""; [ -f $LAB/siw-src/build/siw.ko ] && extra="libcrc32c crc32c_generic"
-  for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm 9pnet_virtio 9p virtio_pci dummy $extra; do
+  for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm 9pnet_virtio 9p virtio_pci dummy veth virtio_net $extra; do
     /sbin/modprobe -d $K -S $kv --show-depends $m | awk '{print $2}'
   done | awk '!seen[$0]++' | while read -r p; do cp $p $R/lib/modules/; basename $p >> $R/modules.load; done
   if [ -n "$extra" ]; then cp $LAB/siw-src/build/siw.ko $R/lib/modules/; echo siw.ko >> $R/modules.load
