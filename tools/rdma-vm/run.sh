@@ -17,11 +17,12 @@
 #                                CMD's rc. Inside: RDMA device rxe0 on dummy0, IPv4 10.0.0.1 (GID index 1).
 #                                DIR must hold everything the command needs besides the host's / (the
 #                                guest's /tmp and /run are empty tmpfs). rc 125: guest died / timed out.
-# Env: LAB (default $TMPDIR/gpuverbs-rdma-vm), RXE_TIMEOUT (s, default 300), MEM (1G), SMP (2), VERBOSE=1
+# Env: LAB (default $TMPDIR/gpuverbs-rdma-vm), RXE_TIMEOUT (s, default 300), MEM (1G), SMP (2), VERBOSE=1,
+#      QEMU (default qemu-system-x86_64)
 set -euo pipefail
 LAB=${LAB:-${TMPDIR:-/tmp}/gpuverbs-rdma-vm}
 OUT=$LAB/out
-MEM=${MEM:-1G}; SMP=${SMP:-2}; RXE_TIMEOUT=${RXE_TIMEOUT:-300}
+MEM=${MEM:-1G}; SMP=${SMP:-2}; RXE_TIMEOUT=${RXE_TIMEOUT:-300}; QEMU=${QEMU:-qemu-system-x86_64}
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -41,7 +42,7 @@ deps() {
 
 # missing: what the image build or a boot lacks, one line each (nothing: all there).
 missing() {
-  command -v qemu-system-x86_64 >/dev/null || echo "qemu-system-x86_64 (package qemu-system-x86)"
+  command -v "$QEMU" >/dev/null || echo "$QEMU (package qemu-system-x86)"
   [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || echo "/bin/busybox (package busybox-static)"
   command -v cpio >/dev/null || echo "cpio (package cpio)"
   [ -x /sbin/depmod ] && [ -x /sbin/modprobe ] || echo "depmod/modprobe (package kmod)"
@@ -218,7 +219,7 @@ secs_since() { awk -v a="$EPOCHREALTIME" -v b="$1" 'BEGIN { printf "%.2f", a - b
 qemu_boot() {  # qemu_boot APPEND_EXTRA [qemu args...]; streams the console; returns qemu's rc
   local extra=$1; shift
   [ -f $OUT/vmlinux ] && [ -f $OUT/initramfs.cpio ] || die "no VM image in $OUT: run '$0 image' (or '$0 setup' as root) first"
-  command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (package qemu-system-x86; as root: $0 deps)"
+  command -v "$QEMU" >/dev/null || die "$QEMU not found (package qemu-system-x86; as root: $0 deps)"
   local t0=$EPOCHREALTIME rc=0 timecmd=()
   [ -x /usr/bin/time ] && timecmd=(/usr/bin/time -f "qemu maxrss_kb=%M" -o $OUT/qemu.time)
   rm -f $OUT/qemu.time
@@ -226,7 +227,7 @@ qemu_boot() {  # qemu_boot APPEND_EXTRA [qemu args...]; streams the console; ret
   # KVM is not used: this host's /dev/kvm (kvm_pvm) boots a stock kernel only very slowly and then
   # stops with "KVM internal error ... emulation failure"; TCG works.
   timeout -k 5 $RXE_TIMEOUT "${timecmd[@]}" \
-    qemu-system-x86_64 -accel tcg,thread=multi${TCG_OPTS:+,$TCG_OPTS} -cpu max -m $MEM -smp $SMP -nographic -no-reboot \
+    "$QEMU" -accel tcg,thread=multi${TCG_OPTS:+,$TCG_OPTS} -cpu max -m $MEM -smp $SMP -nographic -no-reboot \
       -nic none -vga none -kernel $OUT/vmlinux -initrd $OUT/initramfs.cpio \
       -append "console=ttyS0 quiet panic=-1 $extra" "$@" </dev/null 2>&1 |
     while IFS= read -r l; do
