@@ -77,8 +77,14 @@ image() {
     return 0
   fi
   if [ ! -f $LAB/kpkg/boot/vmlinuz-$kv ]; then
-    ls $LAB/debs/${pkg}_*.deb >/dev/null 2>&1 || (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1) ||
-      die "apt-get download $pkg failed (is a Debian package registry reachable?)"
+    if ! ls $LAB/debs/${pkg}_*.deb >/dev/null 2>&1 && ! (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1); then
+      # Stale package lists name a kernel the registry no longer has: refresh them once (root).
+      [ "$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 || die "apt-get download $pkg failed (is a Debian package registry reachable? are the package lists current?)"
+      pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+      kv=${pkg#linux-image-}
+      stamp="$kv $(sha256sum "$SELF" | cut -c1-16) ${SIW:-}"
+      (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed after apt-get update"
+    fi
     rm -rf $LAB/kpkg; dpkg-deb -x $LAB/debs/${pkg}_*.deb $LAB/kpkg
     /sbin/depmod -b $LAB/kpkg $kv
   fi
