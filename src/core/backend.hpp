@@ -124,9 +124,27 @@ std::string check_endpoint_extra(Backend backend, const EndpointExtra& extra);
 // ---- opening a backend -------------------------------------------------------------------
 
 std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes = 0);
+/// Opens the verbs backend on the libibverbs device `device` ("" = the first one): the
+/// proxy threads start. NotSupported, saying what is missing and the fix, without any RDMA
+/// device. gpu >= 0: queues are pinned host memory mapped for that GPU's kernels.
+std::unique_ptr<BackendOps> open_verbs(const std::string& device, int gpu, const VerbsOptions& options);
+namespace verbs {
+class Provider;
+}
+/// The verbs backend over any Provider (src/verbs/port.hpp): the device, or the sink.
+std::unique_ptr<BackendOps> open_verbs_on(std::unique_ptr<verbs::Provider> provider, int gpu,
+                                          const VerbsOptions& options);
 /// Opens a ConnectX through mlx5dv; throws NotSupported with the reason when impossible.
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
 /// The RDMA devices libibverbs lists, and for each whether it is a ConnectX (mlx5).
 void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5);
 
 }  // namespace gv::detail
+
+namespace gv {
+/// What a Context holds: its backend, and the sentence saying why it was chosen.
+struct Context::Impl {
+    std::unique_ptr<detail::BackendOps> ops;
+    std::string selection;
+};
+}  // namespace gv

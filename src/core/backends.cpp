@@ -60,7 +60,7 @@ BackendFacts probe_backend_facts() {
     list_rdma_devices(&f.devices, &f.is_mlx5);
     f.mlx5_gpu_queues = false;
     f.mlx5_why_not = "GPU-initiated mlx5 queues are not implemented in this version";
-    f.verbs_backend = false;
+    f.verbs_backend = true;
     return f;
 }
 

@@ -37,11 +37,6 @@ const char* qp_state_name(QpState s) {
 }
 
 // ---- Context ----------------------------------------------------------------------------
-struct Context::Impl {
-    std::unique_ptr<detail::BackendOps> ops;
-    std::string selection;
-};
-
 Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     GV_REQUIRE(o.gpu >= -2, "ContextOptions::gpu " + std::to_string(o.gpu) +
                                 " invalid: expected -2 (auto), -1 (CPU threads) or a GPU index");
@@ -61,11 +56,18 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
         case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
         case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu); break;
-        case Backend::Verbs:
-            throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
-                               "in this version; use Backend::Soft");
+        case Backend::Verbs: impl_->ops = detail::open_verbs(device, gpu, o.verbs); break;
     }
 }
+
+namespace detail {
+Context make_context(std::unique_ptr<BackendOps> ops, std::string selection) {
+    auto impl = std::make_shared<Context::Impl>();
+    impl->ops = std::move(ops);
+    impl->selection = std::move(selection);
+    return Context(std::move(impl));
+}
+}  // namespace detail
 Context::~Context() = default;
 Backend Context::backend() const { return impl_->ops->kind(); }
 int Context::gpu() const { return impl_->ops->gpu(); }
@@ -297,7 +299,10 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     QpEndpoint me = endpoint();
     GV_REQUIRE(peer.backend == me.backend, std::string("cannot connect a ") + backend_name(me.backend) +
                                                " QP to a " + backend_name(peer.backend) + " QP");
-    GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    // A software device reaches only QPs of the same device (of this process or, through its
+    // arena, of another); a NIC's peer is on another device, usually of another host.
+    if (me.backend == Backend::Soft)
+        GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
     if (state() == QpState::Reset) to_init(init);
     rtr.remote_qpn = peer.qpn;
     rtr.rq_psn = peer.psn;
@@ -306,7 +311,10 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     rtr.dgid = peer.gid;
     rtr.remote_extra = peer.extra;
     to_rtr(rtr);
-    to_rts(rts);
+    // The peer expects our packets from our endpoint's PSN (it used it as its rq_psn).
+    RtsAttr r = rts;
+    r.sq_psn = me.psn;
+    to_rts(r);
 }
 
 }  // namespace gv
