@@ -393,6 +393,14 @@ size_t ProxyThread::post_sends(ProxyQp& p, QpState st) {
         ++read;
     }
     bump(ctr_.send_wqes, read);
+    // The last work request of every list is signaled (internally if the WQE did not ask):
+    // then whatever is in flight is followed by a completion, and a NOP or malformed WQE read
+    // after it (completed here once everything before it is) never waits for work that may
+    // never come. One completion per list at most, which the proxy drops.
+    if (prev && !(prev->send_flags & IBV_SEND_SIGNALED)) {
+        prev->send_flags |= IBV_SEND_SIGNALED;
+        p.unsignaled = 0;
+    }
     if (n) {
         ibv_send_wr* bad = nullptr;
         bump(ctr_.post_calls);

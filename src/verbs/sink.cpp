@@ -91,6 +91,7 @@ void SinkDevice::record(uint32_t qpn, const ibv_send_wr& wr) {
     if (!opts_.record) return;
     SinkWr r;
     r.qpn = qpn;
+    r.call = calls_;
     r.wr_id = wr.wr_id;
     r.opcode = wr.opcode;
     r.send_flags = wr.send_flags;
@@ -117,6 +118,7 @@ void SinkDevice::record(uint32_t qpn, const ibv_recv_wr& wr) {
     if (!opts_.record) return;
     SinkWr r;
     r.qpn = qpn;
+    r.call = calls_;
     r.recv = true;
     r.wr_id = wr.wr_id;
     r.sge.assign(wr.sg_list, wr.sg_list + wr.num_sge);
@@ -191,6 +193,7 @@ void SinkDevice::to_error(Qp& q) {
 
 int SinkDevice::post_send(uint32_t qpn, ibv_send_wr* wr, ibv_send_wr** bad) {
     std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
     Qp* q = find(qpn);
     if (!q) {
         *bad = wr;
@@ -241,6 +244,7 @@ int SinkDevice::post_send(uint32_t qpn, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int SinkDevice::post_recv(uint32_t qpn, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
     Qp* q = find(qpn);
     if (!q || q->state == QpState::Reset) {
         *bad = wr;

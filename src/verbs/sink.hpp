@@ -39,6 +39,7 @@ struct SinkOptions {
 struct SinkWr {
     uint32_t qpn = 0;
     bool recv = false;
+    uint64_t call = 0;  ///< which ibv_post_send / ibv_post_recv call (a list) brought it
     uint64_t wr_id = 0;
     ibv_wr_opcode opcode = IBV_WR_SEND;  ///< sends
     unsigned send_flags = 0;
@@ -138,6 +139,7 @@ private:
     std::vector<SinkWr> rec_;
     uint32_t next_qpn_ = 0x200;
     uint32_t next_key_ = 0x1000;
+    uint64_t calls_ = 0;
     bool hold_ = false;
 };
 
