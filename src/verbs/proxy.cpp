@@ -93,8 +93,8 @@ ProxyStats Proxy::stats() const {
 ProxyThread::ProxyThread(int index, uint32_t max_idle_sleep_us)
     : index_(index),
       max_idle_sleep_us_(max_idle_sleep_us),
-      sslot_(new SendSlot[kProxyBatch]),
-      rslot_(new RecvSlot[kProxyBatch]),
+      sslot_(new SendSlot[kProxyBatch]()),  // zeroed: translate_send writes only what RC uses
+      rslot_(new RecvSlot[kProxyBatch]()),
       inline_(new uint8_t[size_t(kProxyBatch) * kMaxInlineCopy]),
       wc_(new ibv_wc[kProxyBatch]) {
     thread_ = std::thread([this] { run(); });

@@ -10,6 +10,19 @@
 
 namespace gv::detail::verbs {
 
+namespace {
+ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
+    switch (op) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+        case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+        case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+        case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+        default: return IBV_WC_SEND;
+    }
+}
+}  // namespace
+
 // ---- records ------------------------------------------------------------------------------
 
 std::vector<SinkWr> SinkDevice::records() const {
@@ -222,6 +235,21 @@ int SinkDevice::post_send(uint32_t qpn, ibv_send_wr* wr, ibv_send_wr** bad) {
             return ENOMEM;
         }
         record(qpn, *w);
+        const uint64_t seq = q->sends++;
+        q->max_out = std::max<uint32_t>(q->max_out, uint32_t(q->sends - q->freed));
+        if (!opts_.loopback && !hold_ && q->sq.empty() && q->fail_send.empty() &&
+            (q->state == QpState::Rts || q->state == QpState::Sqd)) {
+            // Completed at once, nothing kept (the rate measurements' path).
+            if (w->send_flags & IBV_SEND_SIGNALED) {
+                ibv_wc wc{};
+                wc.wr_id = w->wr_id;
+                wc.status = IBV_WC_SUCCESS;
+                wc.opcode = wc_opcode_of(w->opcode);
+                wc.qp_num = qpn;
+                q->cq.push_back(Wc{wc, seq, true});
+            }
+            continue;
+        }
         Send s;
         s.wr = *w;
         s.wr.next = nullptr;
@@ -234,8 +262,7 @@ int SinkDevice::post_send(uint32_t qpn, ibv_send_wr* wr, ibv_send_wr** bad) {
             }
             s.sge.assign(1, ibv_sge{0, uint32_t(s.inl.size()), 0});
         }
-        s.seq = q->sends++;
-        q->max_out = std::max<uint32_t>(q->max_out, uint32_t(q->sends - q->freed));
+        s.seq = seq;
         q->sq.push_back(std::move(s));
     }
     run(*q);
@@ -303,14 +330,7 @@ void SinkDevice::complete_send(Qp& q, const Send& s, ibv_wc_status st, uint32_t 
     ibv_wc wc{};
     wc.wr_id = s.wr.wr_id;
     wc.status = st;
-    switch (s.wr.opcode) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM: wc.opcode = IBV_WC_RDMA_WRITE; break;
-        case IBV_WR_RDMA_READ: wc.opcode = IBV_WC_RDMA_READ; break;
-        case IBV_WR_ATOMIC_FETCH_AND_ADD: wc.opcode = IBV_WC_FETCH_ADD; break;
-        case IBV_WR_ATOMIC_CMP_AND_SWP: wc.opcode = IBV_WC_COMP_SWAP; break;
-        default: wc.opcode = IBV_WC_SEND; break;
-    }
+    wc.opcode = wc_opcode_of(s.wr.opcode);
     wc.byte_len = byte_len;
     wc.qp_num = q.qpn;
     q.cq.push_back(Wc{wc, s.seq, true});

@@ -69,8 +69,17 @@ SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t po
         return t;
     }
 
+    // The fields an RC work request uses, each set (a memset of the whole struct, 128 bytes with
+    // its UD/MW/TSO unions, was a third of the translation's time); the rest stays as the slot
+    // was made (zeroed once).
     ibv_send_wr& wr = out.wr;
-    std::memset(&wr, 0, sizeof wr);
+    wr.next = nullptr;
+    wr.send_flags = 0;
+    wr.imm_data = 0;
+    wr.wr.atomic.remote_addr = 0;
+    wr.wr.atomic.compare_add = 0;
+    wr.wr.atomic.swap = 0;
+    wr.wr.atomic.rkey = 0;
     wr.wr_id = send_wr_id(pos, t.user_signaled);
     wr.opcode = wr_opcode_of(op);
     wr.sg_list = out.sge;

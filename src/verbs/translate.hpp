@@ -95,7 +95,8 @@ struct SendTranslation {
 /// opcode, flags, immediate, remote address, atomic operands, gather list; `next` null). An
 /// inline payload is copied into `inline_buf` (kMaxInlineCopy bytes; the payload may wrap
 /// the ring) and posted with IBV_SEND_INLINE from there. IBV_SEND_SIGNALED is set when the
-/// WQE asks for a completion; the proxy may add it (internal signaling).
+/// WQE asks for a completion; the proxy may add it (internal signaling). Only the fields an RC
+/// work request uses are written: `out` must have been zeroed once (value-initialized).
 SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t pos, uint32_t published,
                                const SendLimits& lim, SendSlot& out, uint8_t* inline_buf);
 
