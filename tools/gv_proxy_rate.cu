@@ -4,7 +4,7 @@
 //
 //   gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] [--proxy-threads N]
 //                 [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu] [--batch N]
-//                 [--seconds S] [--json]
+//                 [--seconds S] [--idle-sleep-us N] [--json]
 //
 // posters:
 //   prefill  every QP's ring is filled with --wqes 8-byte WRITEs (the last signaled) before any
@@ -53,6 +53,7 @@ struct Args {
     std::string posters = "prefill";
     uint32_t batch = 32;
     double seconds = 2;
+    uint32_t idle_sleep_us = 0;
     bool json = false;
 };
 
@@ -60,7 +61,7 @@ struct Args {
     std::fprintf(stderr,
                  "gv_proxy_rate: %s\nusage: gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] "
                  "[--proxy-threads N] [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu] [--batch N] "
-                 "[--seconds S] [--json]\n",
+                 "[--seconds S] [--idle-sleep-us N] [--json]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -92,6 +93,7 @@ Args parse(int argc, char** argv) {
         else if (k == "--posters") a.posters = val();
         else if (k == "--batch") a.batch = num(1, 4096);
         else if (k == "--seconds") a.seconds = num(1, 600);
+        else if (k == "--idle-sleep-us") a.idle_sleep_us = num(0, 1000000);
         else if (k == "--json") a.json = true;
         else usage("unknown option " + k);
     }
@@ -361,7 +363,7 @@ int main(int argc, char** argv) {
         VerbsOptions vo;
         vo.proxy_threads = a.proxy_threads;
         vo.gid_index = a.gid_index;
-        vo.max_idle_sleep_us = 0;  // busy-poll: a rate, not an idle cost
+        vo.max_idle_sleep_us = a.idle_sleep_us;  // default 0: busy-poll (a rate, not an idle cost)
         int gpu = -1;
         if (a.posters == "gpu") {
 #if defined(__CUDACC__)
