@@ -168,15 +168,16 @@ void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.store(c.load(std::memory
 // The loop: every QP of the thread takes one step (completions, receives, one batch of
 // sends); while any step did something the loop goes on at once. Idle, it backs off: spins
 // (a pause per turn) for a while, then sleeps 1, 2, 4 ... us up to max_idle_sleep_us (0:
-// it only yields), woken early by attach/detach, kicks (host waiters) and stop. A stopped
-// thread ends once its QPs are detached; the QueuePair objects detach theirs before the
-// context (and so the proxy) can go away.
+// it only yields), woken early by attach/detach, kicks (host waiters) and stop. The QueuePair
+// objects detach their QPs before the context (and so the proxy) can go away, so a stopped
+// thread has nothing left to complete or flush.
 void ProxyThread::run() {
     constexpr uint32_t kSpinTurns = 2048;
     uint32_t idle = 0;
     for (;;) {
         if (changes_.load(std::memory_order_acquire) || stop_.load(std::memory_order_relaxed)) {
-            if (apply_changes() && qps_.empty()) return;
+            // Stopped: the QPs detached before (they keep the context, and so the proxy, alive).
+            if (apply_changes()) return;
         }
         size_t work = 0;
         for (ProxyQp* p : qps_) work += step(*p);
