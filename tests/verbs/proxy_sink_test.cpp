@@ -558,7 +558,7 @@ TEST(ProxySink, ShutdownWithWorkOutstanding) {
             }
             if (hold) ASSERT_TRUE(eventually([&] { return s->total_send_wrs() > 0; }));
         }  // QPs, CQs, MRs, PD and the context (its proxy threads) are destroyed here
-        EXPECT_GT(s->records().size(), 0u);
+        if (hold) EXPECT_GT(s->records().size(), 0u);  // the device held work when it all went
     }
 }
 
