@@ -3,7 +3,7 @@
 // a ratio against posting the same work with ibv_post_send directly). docs/verbs.md quotes it.
 //
 //   gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] [--proxy-threads N]
-//                 [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu] [--batch N]
+//                 [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu|idle] [--batch N]
 //                 [--seconds S] [--idle-sleep-us N] [--json]
 //
 // posters:
@@ -14,6 +14,8 @@
 //            for --seconds: what CPU posters and the proxy reach together
 //   gpu      one block of 256 threads per QP posts rounds of 256 WQEs (block scope, the last
 //            signaled) into the pinned rings, for --rounds x --wqes/256 rounds (CUDA builds)
+//   idle     nothing is posted for --seconds: the CPU time the proxy threads spend idle
+//            (with --idle-sleep-us, the bound of their backoff)
 // The sink completes every work request at once and records nothing here.
 #include <algorithm>
 #include <atomic>
@@ -25,6 +27,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
@@ -60,7 +64,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "gv_proxy_rate: %s\nusage: gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] "
-                 "[--proxy-threads N] [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu] [--batch N] "
+                 "[--proxy-threads N] [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu|idle] [--batch N] "
                  "[--seconds S] [--idle-sleep-us N] [--json]\n",
                  why.c_str());
     std::exit(2);
@@ -97,7 +101,8 @@ Args parse(int argc, char** argv) {
         else if (k == "--json") a.json = true;
         else usage("unknown option " + k);
     }
-    if (a.posters != "prefill" && a.posters != "cpu" && a.posters != "gpu") usage("--posters: prefill, cpu or gpu");
+    if (a.posters != "prefill" && a.posters != "cpu" && a.posters != "gpu" && a.posters != "idle")
+        usage("--posters: prefill, cpu, gpu or idle");
     if (a.baseline && a.device.empty()) usage("--baseline needs --device (it posts to the device directly)");
     return a;
 }
@@ -387,6 +392,24 @@ int main(int argc, char** argv) {
             return Context(co);
         }();
         Result r;
+        if (a.posters == "idle") {
+            Setup s(ctx, a, gpu);
+            auto cpu = [] {
+                rusage u{};
+                getrusage(RUSAGE_SELF, &u);
+                return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+            };
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the spinning phase
+            const double c0 = cpu();
+            const auto t0 = Clock::now();
+            const uint64_t s0 = v::proxy_of(ctx)->stats().sleeps;
+            std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+            const double wall = secs(t0, Clock::now()), used = cpu() - c0;
+            const uint64_t sleeps = v::proxy_of(ctx)->stats().sleeps - s0;
+            std::printf("idle: %u proxy thread(s), %u QPs, max idle sleep %u us: %.1f%% of a core, %.0f wake-ups/s\n",
+                        a.proxy_threads, a.qps, a.idle_sleep_us, 100.0 * used / wall, double(sleeps) / wall);
+            return 0;
+        }
         {
             Setup s(ctx, a, gpu);
             if (a.posters == "prefill") r = run_prefill(s, a);
