@@ -230,6 +230,8 @@ public:
     StepRef(Script& s, StepId id) : s_(s), id_(id) {}
     /// The status the call must return (default Ok); anything else stops the lane.
     StepId expect(gv::Status st);
+    /// How long the call may wait (default kWait).
+    StepRef& timeout(uint64_t ns);
     operator StepId() const { return id_; }  // NOLINT: builders' results convert to ids
 
 private:
@@ -443,6 +445,10 @@ private:
 inline StepId StepRef::expect(gv::Status st) {
     s_.at(id_).expect = st;
     return id_;
+}
+inline StepRef& StepRef::timeout(uint64_t ns) {
+    s_.at(id_).timeout_ns = ns;
+    return *this;
 }
 
 // ---- results ------------------------------------------------------------------------------
