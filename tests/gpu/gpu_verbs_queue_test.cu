@@ -1,5 +1,6 @@
-// The device-side verbs set driven from CUDA kernels: ring wrap and backpressure, error CQEs
-// with flushing, selective signaling.
+// The device-side verbs set driven from CUDA kernels: ring wrap and backpressure with
+// block-scope posts, selective signaling with warp-scope posts. (Error CQEs with flushing,
+// and selective signaling by one thread, are the traffic suite's: tests/traffic/.)
 // The software device executes everything on the GPU; the host checks every byte and every
 // completion field. Every wait inside a kernel is bounded.
 #include "gpu/gpu_verbs_util.cuh"
@@ -21,7 +22,7 @@ constexpr uint32_t kWrapSlots = 1024, kWrapSlot = 64, kWrapThreads = 32, kWrapIt
 GV_HOST_DEVICE uint32_t wrap_kind(uint32_t iter) { return iter % 5; }  // 0,1 WRITE, 2 inline, 3 NOP, 4 fetch-add
 GV_HOST_DEVICE uint32_t wrap_inline_len(uint64_t gid) { return uint32_t(gid % 61); }
 GV_HOST_DEVICE uint32_t wrap_bbs(uint32_t kind, uint64_t gid) {
-    return kind == 2 ? bbs_inline(true, wrap_inline_len(gid)) : 1u;
+    return kind == 2 ? gvtest::bbs_inline(true, wrap_inline_len(gid)) : 1u;
 }
 GV_HOST_DEVICE uint8_t wrap_opcode(uint32_t kind) {
     return kind == 3 ? uint8_t(MLX5_OPCODE_NOP) : kind == 4 ? uint8_t(MLX5_OPCODE_ATOMIC_FA) : uint8_t(MLX5_OPCODE_RDMA_WRITE);
@@ -47,7 +48,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     __shared__ unsigned long long pos;  // thread 0's replay of the positions
     uint32_t next = 0;                  // thread 0: next iteration whose completion is due
     unsigned long long timeouts = 0;
-    if (t == 0) pos = atom::load_acquire(&w.a.ctr->sq_reserved);
+    if (t == 0) pos = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     __syncthreads();
     auto poll_some = [&]() -> uint32_t {  // thread 0
         Completion c[64];
@@ -102,7 +103,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
                 last = end;
                 end += wrap_bbs(kind, uint64_t(i) * n + k);
             }
-            DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), end);
+            DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), end);
             pos = end;
             w.expect[i] = (uint32_t(wrap_opcode(kind)) << 16) | uint32_t(uint16_t(last));
         }
@@ -122,16 +123,16 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     }
     w.stats[3] = next;
     // Every WQE is retired: fill the ring exactly, then one more bounded post must time out.
-    const uint32_t ring = 1u << w.a.sq_log_bb;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_retired), pos);
+    const uint32_t ring = 1u << w.a.q.sq_log_bb;
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_retired), pos);
     for (uint32_t k = 0; k < ring; ++k) DCHECK_EQ(dev::nop(w.a, k == ring - 1 ? kSignaled : 0u, 0), Status::Ok);
-    const unsigned long long full = atom::load_acquire(&w.a.ctr->sq_reserved);
+    const unsigned long long full = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     DCHECK_EQ(full, pos + ring);
     const uint64_t t1 = atom::now_ns();
     DCHECK_EQ(dev::write(w.a, w.src, 8, w.slkey, w.dst, w.drkey, kSignaled, 1 * kMs), Status::Timeout);
     w.stats[2] = atom::now_ns() - t1;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), full);  // nothing reserved
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_ready), full);
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), full);  // nothing reserved
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_ready), full);
     DCHECK_EQ(dev::commit(w.a), Status::Ok);
     Completion c;
     DCHECK_EQ(dev::wait_send(w.a, 1, &c, kWait), Status::Ok);
@@ -152,7 +153,7 @@ TEST(GpuVerbsQueue, WrapAndBackpressureOver70kWqes) {
     o.sq_depth = 64;  // 2 WQEBBs per WQE budget (64 inline bytes): a 128-WQEBB ring
     gvtest::Pair p(gvtest::gpu_ctx(), o);
     auto a = p.h(0);
-    ASSERT_EQ(1u << a.sq_log_bb, 128u);
+    ASSERT_EQ(1u << a.q.sq_log_bb, 128u);
     constexpr uint32_t T = kWrapThreads, I = kWrapIters;
     constexpr uint64_t N = uint64_t(T) * I;
     constexpr uint64_t kInit = 5;
@@ -211,231 +212,7 @@ TEST(GpuVerbsQueue, WrapAndBackpressureOver70kWqes) {
 }
 
 // =============================================================================================
-// 11. Error CQEs from kernels: the bad WQE completes with its syndrome, everything after it
-//     is flushed (WR_FLUSH_ERR, signaled or not), memory stays untouched; the completions
-//     are polled 64 at a time.
-// =============================================================================================
-
-enum BadKind : uint32_t { kBadWrite = 0, kBadCas = 1, kBadFa = 2 };
-
-struct ErrArgs {
-    dev::QpHandle a;
-    const uint8_t* src;
-    uint32_t slkey;
-    uint64_t dst;
-    uint32_t drkey;
-    uint8_t* back;
-    uint32_t blkey;
-    uint64_t pre;
-    uint32_t prkey;
-    uint32_t kind;  // BadKind
-    uint32_t bad_lkey, bad_rkey;
-    uint64_t bad_raddr;
-    Completion* cqes;  // room for 2 + blockDim + 1 + 64
-    uint32_t* polls;   // what successive poll_cq(64) calls returned (16 entries)
-    unsigned long long* pos;  // [0] the bad WQE's position, [1] the first follower's
-    int* commit_st;
-};
-
-constexpr uint32_t kErrLen = 256, kErrFollowers = 96;
-constexpr size_t kErrSize = 16384, kErrTgt = 4096;
-
-__global__ void error_kernel(ErrArgs e, DevErr* err) {
-    const uint32_t t = threadIdx.x, n = blockDim.x;
-    if (t == 0) {
-        DCHECK_EQ(dev::write(e.a, e.src, kErrLen, e.slkey, e.pre, e.prkey, kSignaled, kWait), Status::Ok);
-        e.pos[0] = atom::load_acquire(&e.a.ctr->sq_reserved);
-        uint64_t* local = reinterpret_cast<uint64_t*>(e.back + 8);
-        Status st;
-        if (e.kind == kBadWrite)
-            st = dev::write(e.a, e.src, kErrLen, e.bad_lkey, e.bad_raddr, e.bad_rkey, kSignaled, kWait);
-        else if (e.kind == kBadCas)
-            st = dev::compare_swap(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 0xa5a5a5a5a5a5a5a5ull, 1, kSignaled, kWait);
-        else
-            st = dev::fetch_add(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 5, kSignaled, kWait);
-        DCHECK_EQ(st, Status::Ok);  // posting is fine: the device finds the error
-        e.pos[1] = atom::load_acquire(&e.a.ctr->sq_reserved);
-    }
-    __syncthreads();
-    // Followers in thread order: WRITEs and READs, one in three signaled.
-    const bool rd = t % 2;
-    Sge s{rd ? reinterpret_cast<uint64_t>(e.back + 512 + t * 16) : reinterpret_cast<uint64_t>(e.src + t * 16), 16,
-          rd ? e.blkey : e.slkey};
-    DCHECK_EQ(dev::post_sge<Scope::Block>(e.a, rd ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE, &s, 1,
-                                          e.dst + 1024 + t * 16, e.drkey, 0, t % 3 == 0 ? kSignaled : 0u, kWait),
-              Status::Ok);
-    Status cs = dev::commit<Scope::Block>(e.a);
-    if (t != 0) return;
-    *e.commit_st = int(cs);
-    const uint32_t want = 2 + n;
-    uint32_t total = 0, calls = 0;
-    const uint64_t t0 = atom::now_ns();
-    while (total < want) {
-        uint32_t k = dev::poll_cq(e.a.scq, e.cqes + total, 64);
-        total += k;
-        if (k && calls < 16) e.polls[calls++] = k;
-        if (!k) {
-            dev::drive(e.a);
-            if (atom::now_ns() - t0 > kWait) break;
-        }
-    }
-    DCHECK_EQ(total, want);
-    Completion extra;
-    DCHECK_EQ(dev::poll_cq(e.a.scq, &extra, 1), 0u);
-    // Work posted in ERROR is flushed as soon as it is committed.
-    DCHECK_EQ(dev::nop(e.a, kSignaled, kWait), Status::Ok);
-    DCHECK_EQ(dev::commit(e.a), Status::QpError);
-    DCHECK_EQ(dev::wait_send(e.a, 1, e.cqes + want, kWait), Status::CompletionError);
-}
-
-struct ErrEnv {
-    gvtest::Pair p;
-    DevBuf src{kErrSize}, dst{kErrSize}, back{kErrSize}, pre{kErrLen};
-    std::unique_ptr<MemoryRegion> msrc, mdst, mback, mpre;
-    std::vector<uint8_t> hsrc = std::vector<uint8_t>(kErrSize);
-    explicit ErrEnv(const InitAttr& peer_init = {})
-        : p(gvtest::gpu_ctx(), QpOptions{}, MemoryKind::Default, 256, false) {
-        gvtest::fill_random(hsrc.data(), kErrSize, 99);
-        h2d(src.p, hsrc.data(), kErrSize);
-        for (DevBuf* d : {&dst, &back, &pre}) cudaMemset(d->p, kGuard, d->n);
-        msrc = std::make_unique<MemoryRegion>(p.pd, src.p, kErrSize, kLocalWrite);
-        mdst = std::make_unique<MemoryRegion>(p.pd, dst.p, kErrSize, kAllAccess);
-        mback = std::make_unique<MemoryRegion>(p.pd, back.p, kErrSize, kLocalWrite);
-        mpre = std::make_unique<MemoryRegion>(p.pd, pre.p, kErrLen, kAllAccess);
-        p.qp[0]->connect(p.qp[1]->endpoint());
-        p.qp[1]->connect(p.qp[0]->endpoint(), peer_init);
-    }
-
-    /// Runs error_kernel with the given bad WQE; checks every completion, the QP state and
-    /// that no memory changed.
-    void run(uint32_t kind, uint32_t lkey, uint32_t rkey, uint64_t raddr, uint8_t syndrome, uint8_t opcode) {
-        constexpr uint32_t T = kErrFollowers, want = 2 + T;
-        DevBuf cq((want + 1 + 64) * sizeof(Completion)), polls(16 * 4), pos(16), cst(4);
-        CUDA_OK(cudaMemset(polls.p, 0, polls.n));
-        auto a = p.h(0);
-        ErrArgs e{a, src.get(), msrc->lkey(), addr_of(dst), mdst->rkey(), back.get(), mback->lkey(), addr_of(pre),
-                  mpre->rkey(), kind, lkey, rkey, raddr, cq.get<Completion>(), polls.get<uint32_t>(),
-                  pos.get<unsigned long long>(), cst.get<int>()};
-        Err err;
-        error_kernel<<<1, T>>>(e, err.get());
-        LAUNCH_OK();
-        err.expect_none();
-        auto c = d2h<Completion>(cq.p, want + 1);
-        auto pl = d2h<uint32_t>(polls.p, 16);
-        auto ps = d2h<unsigned long long>(pos.p, 2);
-        const uint32_t qpn = p.qp[0]->qpn();
-        EXPECT_EQ(d2h<int>(cst.p, 1)[0], int(Status::QpError)) << "commit's status";
-        EXPECT_EQ(pl[0], 64u) << "the first poll_cq(64) should take 64 of the " << want << " waiting completions";
-        EXPECT_EQ(pl[1], want - 64);
-        EXPECT_EQ(pl[2], 0u);
-        EXPECT_TRUE(c[0].ok()) << mlx5::syndrome_name(c[0].status);
-        EXPECT_EQ(c[0].wqe_counter, uint16_t(ps[0] - 1));
-        EXPECT_EQ(c[1].cqe_opcode, MLX5_CQE_REQ_ERR);
-        EXPECT_EQ(c[1].status, syndrome) << "got " << mlx5::syndrome_name(c[1].status) << ", expected "
-                                         << mlx5::syndrome_name(syndrome);
-        EXPECT_EQ(c[1].wqe_opcode, opcode);
-        EXPECT_EQ(c[1].wqe_counter, uint16_t(ps[0]));
-        EXPECT_EQ(c[1].qpn, qpn);
-        for (uint32_t k = 0; k < T; ++k) {
-            const Completion& f = c[2 + k];
-            EXPECT_EQ(f.cqe_opcode, MLX5_CQE_REQ_ERR) << "follower " << k;
-            EXPECT_EQ(f.status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << "follower " << k << ": " << mlx5::syndrome_name(f.status);
-            EXPECT_EQ(f.wqe_opcode, k % 2 ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE) << "follower " << k;
-            EXPECT_EQ(f.wqe_counter, uint16_t(ps[1] + k)) << "follower " << k;
-            EXPECT_EQ(f.qpn, qpn);
-            if (testing::Test::HasFailure()) break;
-        }
-        EXPECT_EQ(c[want].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
-        EXPECT_EQ(c[want].wqe_opcode, MLX5_OPCODE_NOP);
-        EXPECT_EQ(c[want].wqe_counter, uint16_t(ps[1] + T));
-        EXPECT_EQ(p.qp[0]->state(), QpState::Error);
-        EXPECT_EQ(p.qp[0]->error_syndrome(), syndrome);
-        auto hd = d2h<uint8_t>(dst.p, kErrSize), hb = d2h<uint8_t>(back.p, kErrSize), hp = d2h<uint8_t>(pre.p, kErrLen),
-             hs = d2h<uint8_t>(src.p, kErrSize);
-        EXPECT_EQ(first_not(hd.data(), kErrSize, kGuard), -1) << "remote memory changed";
-        EXPECT_EQ(first_not(hb.data(), kErrSize, kGuard), -1) << "local memory changed";
-        EXPECT_EQ(gvtest::first_diff(hsrc.data(), hs.data(), kErrSize), -1) << "source changed";
-        EXPECT_EQ(gvtest::first_diff(hsrc.data(), hp.data(), kErrLen), -1) << "the WQE before the error did not run";
-    }
-};
-
-TEST(GpuVerbsErrors, BadRkeyThenFlush) {
-    GV_SKIP_WITHOUT_GPU();
-    for (uint32_t key : {0x12345601u, 0u}) {
-        SCOPED_TRACE(testing::Message() << "rkey " << key);
-        ErrEnv e;
-        e.run(kBadWrite, e.msrc->lkey(), key, addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-              MLX5_OPCODE_RDMA_WRITE);
-    }
-}
-
-TEST(GpuVerbsErrors, RkeyOfAnotherPd) {
-    GV_SKIP_WITHOUT_GPU();
-    ErrEnv e;
-    ProtectionDomain other(e.p.ctx);
-    MemoryRegion m(other, e.dst.p, kErrSize, kAllAccess);
-    e.run(kBadWrite, e.msrc->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-          MLX5_OPCODE_RDMA_WRITE);
-}
-
-TEST(GpuVerbsErrors, RemoteRangeOutOfBounds) {
-    GV_SKIP_WITHOUT_GPU();
-    ErrEnv e;
-    e.run(kBadWrite, e.msrc->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrSize - 100), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-          MLX5_OPCODE_RDMA_WRITE);
-}
-
-TEST(GpuVerbsErrors, RemoteRegionWithoutRemoteWrite) {
-    GV_SKIP_WITHOUT_GPU();
-    ErrEnv e;
-    MemoryRegion m(e.p.pd, e.dst.p, kErrSize, kLocalWrite | kRemoteRead);
-    e.run(kBadWrite, e.msrc->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-          MLX5_OPCODE_RDMA_WRITE);
-}
-
-TEST(GpuVerbsErrors, BadLkey) {
-    GV_SKIP_WITHOUT_GPU();
-    ErrEnv e;
-    e.run(kBadWrite, 0x12345601u, e.mdst->rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
-          MLX5_OPCODE_RDMA_WRITE);
-}
-
-TEST(GpuVerbsErrors, MisalignedAtomics) {
-    GV_SKIP_WITHOUT_GPU();
-    for (int off : {1, 4, 7}) {
-        SCOPED_TRACE(testing::Message() << "offset " << off);
-        {
-            ErrEnv e;
-            e.run(kBadCas, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt + off),
-                  MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_ATOMIC_CS);
-        }
-        {
-            ErrEnv e;
-            e.run(kBadFa, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt + off),
-                  MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_OPCODE_ATOMIC_FA);
-        }
-    }
-}
-
-TEST(GpuVerbsErrors, AtomicOnRegionWithoutRemoteAtomic) {
-    GV_SKIP_WITHOUT_GPU();
-    ErrEnv e;
-    MemoryRegion m(e.p.pd, e.dst.p, kErrSize, kLocalWrite | kRemoteWrite | kRemoteRead);
-    e.run(kBadFa, e.mback->lkey(), m.rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-          MLX5_OPCODE_ATOMIC_FA);
-}
-
-TEST(GpuVerbsErrors, AtomicOnPeerQpWithoutRemoteAtomic) {
-    GV_SKIP_WITHOUT_GPU();
-    InitAttr init;
-    init.access = kRemoteWrite | kRemoteRead;
-    ErrEnv e(init);
-    e.run(kBadCas, e.mback->lkey(), e.mdst->rkey(), addr_of(e.dst, kErrTgt), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
-          MLX5_OPCODE_ATOMIC_CS);
-}
-
-// =============================================================================================
-// 12. Selective signaling: lane 31 of every warp signals (1 WQE in 32); exactly that many
+// 11. Selective signaling: lane 31 of every warp signals (1 WQE in 32); exactly that many
 //     completions arrive, each naming the last WQE of its warp's group.
 // =============================================================================================
 

@@ -491,7 +491,10 @@ public:
         const Step& s = d_.steps[i];
         const StepResult& r = d_.results[i];
         std::ostringstream o;
-        o << op_name(s.op) << " on QP " << s.qp;
+        const bool memory = s.op == Op::Fill || s.op == Op::Check || s.op == Op::StoreWord || s.op == Op::WaitWord ||
+                            s.op == Op::Clock || s.op == Op::Spin;
+        o << op_name(s.op);
+        if (!memory) o << " on QP " << s.qp << (s.qp == 0 ? " (requester)" : s.qp == 1 ? " (responder)" : "");
         if (s.op == Op::Check) {
             o << " of " << s.len << " bytes: " << r.count << " bytes differ from ";
             if (s.b) o << "pattern " << s.a;
@@ -546,15 +549,6 @@ inline long diff_at(const std::vector<uint8_t>& a, size_t ao, const std::vector<
     return n ? gvtest::first_diff(a.data() + ao, b.data() + bo, n) : -1;
 }
 
-/// WQEBBs of a WQE the device API builds with `nonzero` non-empty gather entries.
-inline uint32_t bbs_sge(uint8_t opcode, uint32_t nonzero) {
-    const bool send = opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM;
-    return gv::mlx5::ds_to_bbs((send ? 1 : 2) + nonzero);
-}
-/// WQEBBs of an inline WRITE (rdma) or SEND of len bytes.
-inline uint32_t bbs_inline(bool rdma, uint32_t len) {
-    return gv::mlx5::ds_to_bbs((rdma ? 2 : 1) + gv::mlx5::inline_ds(len));
-}
 
 // ---- the environment of one test --------------------------------------------------------------
 
