@@ -189,7 +189,6 @@ TRAFFIC_HD uint32_t poll_chunks(const gv::dev::QpHandle& qp, const gv::dev::CqHa
 
 /// The leader's part of one step (posting, waiting, polling, words).
 TRAFFIC_HD void leader_step(const RunView& v, const Step& s, StepResult& r) {
-    using gv::Status;
     namespace dev = gv::dev;
     const dev::QpHandle& qp = v.qps[s.qp];
     void* lp = reinterpret_cast<void*>(s.laddr);
@@ -235,34 +234,34 @@ TRAFFIC_HD void leader_step(const RunView& v, const Step& s, StepResult& r) {
         case Op::PollRecv:
             dev::drive(qp);
             r.count = dev::poll_cq(s.op == Op::PollSend ? qp.scq : qp.rcq, v.cqes + s.out, s.len);
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         case Op::PollSendChunks:
             r.count = poll_chunks(qp, qp.scq, s.len, v.cqes + s.out, s.timeout_ns, &r.value, &r.value2);
-            r.status = r.count == s.len ? Status::Ok : Status::Timeout;
+            r.status = r.count == s.len ? gv::Status::Ok : gv::Status::Timeout;
             break;
         case Op::Counters:
             r.value = gv::atom::load_acquire(&qp.q.ctr->sq_reserved, qp.q.sys != 0);
             r.value2 = gv::atom::load_acquire(&qp.q.ctr->sq_ready, qp.q.sys != 0);
             r.count = uint32_t(gv::atom::load_acquire(&qp.q.ctr->rq_reserved, qp.q.sys != 0));
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         case Op::InError:
             r.value = dev::qp_in_error(qp) ? 1 : 0;
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         case Op::StoreWord:
             gv::atom::store_release(reinterpret_cast<unsigned long long*>(s.laddr), (unsigned long long)s.a, s.sys != 0);
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         case Op::WaitWord: {
             const auto* w = reinterpret_cast<const unsigned long long*>(s.laddr);
             const uint64_t t0 = gv::atom::now_ns();
             uint32_t spins = 0;
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             while ((r.value = gv::atom::load_acquire(w, s.sys != 0)) < s.a) {
                 if (gv::atom::load_relaxed(v.abort, v.abort_sys != 0) || gv::atom::now_ns() - t0 > s.timeout_ns) {
-                    r.status = Status::Timeout;
+                    r.status = gv::Status::Timeout;
                     break;
                 }
                 dev::spin_pause(spins, 1024);
@@ -271,12 +270,12 @@ TRAFFIC_HD void leader_step(const RunView& v, const Step& s, StepResult& r) {
         }
         case Op::Clock:
             r.value = gv::atom::now_ns();
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         case Op::Spin: {
             const uint64_t t0 = gv::atom::now_ns();
             while (gv::atom::now_ns() - t0 < s.a) gv::atom::relax();
-            r.status = Status::Ok;
+            r.status = gv::Status::Ok;
             break;
         }
         default: break;  // the lane's collective steps: run_lane
