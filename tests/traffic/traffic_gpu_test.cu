@@ -25,9 +25,11 @@ std::string no_gpu() {
            "`ctest -L gpu` on a machine that has one";
 }
 
-/// The software device on GPU 0; `queues`: where QPs and CQs live; `cpu`: CPU threads post
-/// (host-memory queues and buffers; each commit launches the executor as a kernel) instead
-/// of a kernel (GPU-memory buffers).
+/// The software device on GPU 0; `queues`: where QPs and CQs live. `cpu`: CPU threads post
+/// and each commit launches the executor as a kernel; the buffers are host memory, which the
+/// CPU lanes fill, check and poll as a CPU application does (the shape of the verbs
+/// instance; CPU-posted WRITEs between GPU-memory regions are GpuDataPath.CpuPostsGpuExecutes).
+/// Otherwise a kernel posts, on GPU-memory buffers.
 Instance soft_gpu(const char* name, gv::MemoryKind queues, bool cpu) {
     Instance i;
     i.name = name;
