@@ -177,11 +177,11 @@ struct DataFields {
     uint32_t lkey;
 };
 
-/// Bytes a data segment's byte_count describes: 0 means 2 GiB on mlx5.
-GV_HOST_DEVICE uint64_t data_len(uint32_t byte_count) { return byte_count ? byte_count : 0x80000000ull; }
-
-/// Largest gather list of one WQE, in bytes (a message is at most 2^31 bytes).
+/// Largest message (all data segments of one WQE together): 2 GiB.
 inline constexpr uint64_t kMaxMessage = 0x80000000ull;
+
+/// Bytes a data segment's byte_count describes: 0 means 2 GiB on mlx5.
+GV_HOST_DEVICE uint64_t data_len(uint32_t byte_count) { return byte_count ? byte_count : kMaxMessage; }
 
 GV_HOST_DEVICE RaddrFields read_raddr_seg(const mlx5_wqe_raddr_seg* seg) {
     return {from_be64(seg->raddr), from_be32(seg->rkey)};

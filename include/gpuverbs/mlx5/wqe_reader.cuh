@@ -55,8 +55,9 @@ struct InlinePayload {
 
 // ---- the reader ------------------------------------------------------------------------
 
-/// A view over the WQE at WQEBB position `pos` of a send ring of 2^log_bb WQEBBs. Trivially
-/// copyable; reads the ring only (the caller acquired the WQE's publication first).
+/// A view over the WQE at WQEBB position `pos` of a send ring of 2^log_bb WQEBBs. Reads the
+/// ring only, with plain loads: the caller acquired the WQE's publication first (the
+/// doorbell record, or whatever published it).
 class WqeReader {
   public:
     /// Loads the first WQEBB (ctrl, and the raddr and first data segments of most WQEs) in
@@ -81,7 +82,8 @@ class WqeReader {
         return is_atomic(c_.opcode) ? 3 : has_raddr(c_.opcode) ? 2 : 1;
     }
 
-    /// The k-th 16-byte unit (from the first WQEBB's copy when k < 4).
+    /// The k-th 16-byte unit: for k < 4 in this reader's copy of the first WQEBB (valid
+    /// while the reader lives), else in the ring.
     GV_HOST_DEVICE const uint8_t* unit(uint32_t k) const {
         return k < 4 ? reinterpret_cast<const uint8_t*>(&bb_[k]) : wqe_seg(ring_, log_bb_, pos_, k);
     }

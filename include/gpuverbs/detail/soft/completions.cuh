@@ -1,6 +1,6 @@
 // Completions (the CQ's slots; the CQE format is mlx5/cqe.cuh), the receive queue,
 // flushing and entering ERROR.
-// Part of the software device's executor (gpuverbs/soft/exec.cuh).
+// Part of the software device's executor (gpuverbs/detail/soft/exec.cuh).
 #pragma once
 
 #include "gpuverbs/mlx5/cqe.cuh"
