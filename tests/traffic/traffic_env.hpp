@@ -130,7 +130,8 @@ struct Instance {
     /// (a CPU thread on a GPU device, a NIC): commit then returns Ok and errors show as
     /// completions only. Where something else executes (commit_executes false) but publishes
     /// the state (the verbs proxy), the state changes when the executor finds the failure:
-    /// the commit that publishes the failing work returns before that (Ok), later ones see it.
+    /// the commit that publishes the failing work usually returns before that (Ok; see
+    /// commit_publishing_error), later ones see it.
     bool device_sees_qp_state = true;
     /// Commit executes the published WQEs before it returns (the software device run by the
     /// committing thread or block): their completions are all in the CQ by then. False where
@@ -240,6 +241,8 @@ public:
     StepRef(Script& s, StepId id) : s_(s), id_(id) {}
     /// The status the call must return (default Ok); anything else stops the lane.
     StepId expect(gv::Status st);
+    /// Either of two statuses (where a race between the initiator and an executor decides).
+    StepId expect_either(gv::Status a, gv::Status b);
     /// How long the call may wait (default kWait).
     StepRef& timeout(uint64_t ns);
     operator StepId() const { return id_; }  // NOLINT: builders' results convert to ids
@@ -454,6 +457,12 @@ private:
 
 inline StepId StepRef::expect(gv::Status st) {
     s_.at(id_).expect = st;
+    s_.at(id_).expect_also = 0;
+    return id_;
+}
+inline StepId StepRef::expect_either(gv::Status a, gv::Status b) {
+    s_.at(id_).expect = a;
+    s_.at(id_).expect_also = 1u << uint32_t(b);
     return id_;
 }
 inline StepRef& StepRef::timeout(uint64_t ns) {
@@ -513,6 +522,8 @@ public:
             return o.str();
         }
         o << " returned " << gv::status_name(r.status) << ", expected " << gv::status_name(s.expect);
+        for (uint32_t b = 0; b < 32; ++b)
+            if ((s.expect_also >> b) & 1u) o << " or " << gv::status_name(gv::Status(b));
         switch (s.op) {
             case Op::WaitSend:
             case Op::WaitRecv:
@@ -624,11 +635,15 @@ public:
     gv::Status commit_in_error() const {
         return inst_.device_sees_qp_state ? gv::Status::QpError : gv::Status::Ok;
     }
-    /// What the commit that publishes the WQE that will fail returns: QpError where the commit
-    /// itself executes it and the state is visible, Ok where something else executes later
-    /// (a launched executor, a proxy thread: the state it publishes changes after the commit).
-    gv::Status commit_publishing_error() const {
-        return inst_.device_sees_qp_state && inst_.commit_executes ? gv::Status::QpError : gv::Status::Ok;
+    /// Sets what the commit `c` that publishes the WQE that will fail may return: QpError where
+    /// the commit itself executes it and the state is visible; Ok where the state is not visible;
+    /// where something else executes and then publishes the state (a proxy thread), Ok, or
+    /// QpError when the executor found the failure before the commit read the state (the
+    /// commit publishes, then reads: a preempted committer can lose that race).
+    StepId commit_publishing_error(StepRef c) const {
+        if (!inst_.device_sees_qp_state) return c.expect(gv::Status::Ok);
+        if (inst_.commit_executes) return c.expect(gv::Status::QpError);
+        return c.expect_either(gv::Status::Ok, gv::Status::QpError);
     }
 
 private:

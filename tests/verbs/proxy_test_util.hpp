@@ -150,6 +150,14 @@ inline void expect_same(const Transcript& want, const Transcript& got, const cha
     EXPECT_EQ(first_diff(want.atom.data(), got.atom.data(), want.atom.size()), -1) << "atomics";
 }
 
+/// Commits work that will fail: the commit publishes, then reads the state the proxy
+/// publishes, so it returns Ok, or QpError when the proxy found the failure in between (a
+/// committer preempted there). Either is right; anything else is not.
+inline bool commit_failing(const gv::dev::QpHandle& h) {
+    const gv::Status st = gv::dev::commit(h);
+    return st == gv::Status::Ok || st == gv::Status::QpError;
+}
+
 /// Posts a WQE with only a ctrl segment (ds as given) at the next position, as a corrupted or
 /// hostile poster would.
 inline void post_raw_ctrl(const gv::dev::QpHandle& h, uint8_t opcode, uint32_t qpn, uint8_t ds, int index_skew = 0) {
