@@ -9,6 +9,43 @@
 
 namespace gv {
 
+/// Who rings a ConnectX's doorbell (Backend::Mlx5), as DOCA GPUNetIO and NVSHMEM's IBGDA
+/// let you choose (docs/mlx5.md):
+enum class DoorbellHandler {
+    /// Gpu when the doorbell register (UAR) can be mapped into the GPU, else CpuProxy, said
+    /// once on stderr with the failed call and the driver setting that enables Gpu.
+    Auto,
+    /// The threads that post ring it themselves: kernels through the UAR mapped into the
+    /// GPU (needs the NVIDIA driver's PeerMappingOverride=1), CPU threads through its CPU
+    /// mapping. Opening the context fails, saying why, when kernels cannot map it.
+    Gpu,
+    /// A CPU thread of the context watches the producer indexes kernels publish in pinned
+    /// host memory and writes the NIC's doorbell records and the UAR itself.
+    CpuProxy,
+};
+/// "auto", "gpu", "cpu-proxy".
+const char* doorbell_handler_name(DoorbellHandler h);
+
+/// Whether kernels that consume data a ConnectX wrote into GPU memory (an RDMA READ's
+/// result, a peer's WRITE or SEND) first make it visible with a flush READ
+/// (gv::dev::flush_gpu_writes; docs/mlx5.md, "RDMA READ into GPU memory").
+enum class ReadFlush {
+    Auto,    ///< when the GPU does not order GPUDirect RDMA writes for its own kernels
+             ///< (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING below OWNER)
+    Always,  ///< every flush_gpu_writes posts the flush READ
+    Never,   ///< flush_gpu_writes returns at once (the caller knows its platform)
+};
+
+/// Backend::Mlx5 (and Auto when it picks mlx5).
+struct Mlx5Options {
+    DoorbellHandler doorbell = DoorbellHandler::Auto;
+    ReadFlush read_flush = ReadFlush::Auto;
+    /// Port of the device, and the source GID index (-1: RoCE v2 with an IPv4 address first,
+    /// docs/verbs.md; on InfiniBand index 0).
+    uint8_t port = 1;
+    int gid_index = -1;
+};
+
 struct ContextOptions {
     Backend backend = Backend::Auto;
     /// GPU the software device executes on: -1 = CPU threads only, -2 = GPU 0 when CUDA
@@ -25,6 +62,9 @@ struct ContextOptions {
     /// a GPU device fall back to private GPU memory (usable in this process only), those of
     /// a CPU device fail the same way.
     size_t shared_arena_bytes = 0;
+    /// Backend::Mlx5 (and Auto when it picks mlx5): the doorbell handler, the read flush,
+    /// the port and GID.
+    Mlx5Options mlx5;
 };
 
 /// An opened backend. Cheap to copy (shared ownership); objects created from it keep it
