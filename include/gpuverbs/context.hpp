@@ -9,6 +9,13 @@
 
 namespace gv {
 
+class Context;
+namespace detail {
+class BackendOps;
+/// Internal (src/core): a Context around an opened backend (the verbs sink of the tests).
+Context make_context(std::unique_ptr<BackendOps> ops, std::string selection);
+}  // namespace detail
+
 /// Who rings a ConnectX's doorbell (Backend::Mlx5), as DOCA GPUNetIO and NVSHMEM's IBGDA
 /// let you choose (docs/mlx5.md):
 enum class DoorbellHandler {
@@ -94,6 +101,8 @@ public:
     std::shared_ptr<Impl> shared_impl() const { return impl_; }
 
 private:
+    explicit Context(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+    friend Context detail::make_context(std::unique_ptr<detail::BackendOps> ops, std::string selection);
     std::shared_ptr<Impl> impl_;
 };
 

@@ -130,3 +130,11 @@ std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
 void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5);
 
 }  // namespace gv::detail
+
+namespace gv {
+/// What a Context holds: its backend, and the sentence saying why it was chosen.
+struct Context::Impl {
+    std::unique_ptr<detail::BackendOps> ops;
+    std::string selection;
+};
+}  // namespace gv

@@ -37,10 +37,6 @@ const char* qp_state_name(QpState s) {
 }
 
 // ---- Context ----------------------------------------------------------------------------
-struct Context::Impl {
-    std::unique_ptr<detail::BackendOps> ops;
-    std::string selection;
-};
 
 Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     GV_REQUIRE(o.gpu >= -2, "ContextOptions::gpu " + std::to_string(o.gpu) +
@@ -66,6 +62,15 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
                                "in this version; use Backend::Soft");
     }
 }
+
+namespace detail {
+Context make_context(std::unique_ptr<BackendOps> ops, std::string selection) {
+    auto impl = std::make_shared<Context::Impl>();
+    impl->ops = std::move(ops);
+    impl->selection = std::move(selection);
+    return Context(std::move(impl));
+}
+}  // namespace detail
 Context::~Context() = default;
 Backend Context::backend() const { return impl_->ops->kind(); }
 int Context::gpu() const { return impl_->ops->gpu(); }

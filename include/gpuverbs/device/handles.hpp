@@ -116,9 +116,25 @@ struct SoftQpPart {
     void* host_arg;
 };
 
-/// The ConnectX (mlx5) backend's part of a QP handle.
+struct Mlx5Flush;
+
+/// The ConnectX (mlx5) backend's part of a QP handle (docs/mlx5.md).
 struct Mlx5QpPart {
-    uint64_t* uar;  ///< the doorbell register (BlueFlame), mapped for whoever rings it
+    /// The doorbell register (the UAR's doorbell word) as kernels reach it: mapped into the
+    /// GPU with cudaHostRegister(IoMemory). Null when a CPU proxy thread rings
+    /// (DoorbellHandler::CpuProxy) or on a CPU-only context.
+    uint64_t* uar;
+    /// The same register for CPU threads (its mapping in this process). Null when a CPU proxy
+    /// thread rings.
+    uint64_t* uar_host;
+    /// Serializes reading the send doorbell record and writing the doorbell register (0 free,
+    /// 1 held), so doorbells reach the NIC in producer-index order; and the producer index
+    /// last rung. Both in the QP's queue memory.
+    uint32_t* db_lock;
+    uint32_t* db_last;
+    /// Where kernels post the flush READ that makes the NIC's writes into GPU memory visible
+    /// (dev::flush_gpu_writes); null when the GPU orders them itself (or ReadFlush::Never).
+    const Mlx5Flush* flush;
 };
 
 /// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
@@ -132,6 +148,18 @@ struct QpHandle {
     Mlx5QpPart mlx5;
 };
 static_assert(std::is_trivially_copyable_v<QpHandle>);
+
+/// The mlx5 backend's read-consistency QP of a context: a loopback RC QP whose RDMA READ of a
+/// word of GPU memory returns only after every earlier write of that NIC into the GPU's
+/// memory landed (PCIe: a read does not pass the posted writes before it). In GPU memory.
+struct Mlx5Flush {
+    QpHandle qp;       ///< the loopback QP (its send CQ is polled by the flushing threads)
+    uint64_t src;      ///< the GPU word the READ reads
+    uint32_t src_rkey;
+    uint32_t dst_lkey;
+    uint64_t dst;      ///< where the READ puts it (8 bytes)
+    uint32_t* failed;  ///< the syndrome of a failed flush READ (0: none); the QP is then in ERROR
+};
 
 }  // namespace dev
 }  // namespace gv
