@@ -56,11 +56,13 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     switch (b) {
         case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
-        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu); break;
+        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu, o.mlx5); break;
         case Backend::Verbs:
             throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
                                "in this version; use Backend::Soft");
     }
+    const std::string details = impl_->ops->details();
+    if (!details.empty()) impl_->selection += "; " + details;
 }
 
 namespace detail {

@@ -433,12 +433,16 @@ public:
         return make_qp(pd, o, s, r, flush_ptr_);
     }
 
-    std::string describe() const {
+    std::string details() const override {
         std::string s = "queues: " + queues_.reason + "; doorbell: " + doorbell_handler_name(handler_.handler) + " (" +
                         handler_.reason + "); read flush: " + (flush_choice_.needed ? "yes" : "no") + " (" +
                         flush_choice_.reason + ")";
+        const std::string note = nic_->note();
+        if (!note.empty()) s += "; " + note;
         return s;
     }
+    DoorbellHandler handler() const { return handler_.handler; }
+    const Capabilities& capabilities() const { return caps_; }
 
 private:
     std::unique_ptr<Mlx5Qp> make_qp(uint32_t pd, const QpOptions& o, Mlx5Cq* s, Mlx5Cq* r, const dev::Mlx5Flush* flush) {
@@ -540,9 +544,6 @@ std::unique_ptr<BackendOps> open_on(std::unique_ptr<Nic> nic, int gpu, const Mlx
     return std::make_unique<Mlx5Backend>(std::move(nic), gpu, options);
 }
 
-std::string describe(const BackendOps& ops) {
-    auto* b = dynamic_cast<const Mlx5Backend*>(&ops);
-    return b ? b->describe() : std::string();
-}
+std::string describe(const BackendOps& ops) { return ops.details(); }
 
 }  // namespace gv::detail::mlx5be

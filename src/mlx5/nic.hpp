@@ -92,6 +92,9 @@ public:
     virtual void mr_deregister(const MrInfo& mr) = 0;
     virtual std::unique_ptr<NicCq> create_cq(uint32_t cqes, Place place) = 0;
     virtual std::unique_ptr<NicQp> create_qp(const QpRequest& r) = 0;
+    /// A caveat Context::selection() carries (the real ConnectX path says it has not run on
+    /// hardware yet).
+    virtual std::string note() const { return {}; }
 };
 
 /// The ring sizes of a QP with these options (the same rules as the software device's, and
