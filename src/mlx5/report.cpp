@@ -186,6 +186,40 @@ PairRow gather_pair(const DeviceRow& d, int gpu, const Environment& env) {
 
 }  // namespace
 
+const char* likely_cause(uint8_t s) {
+    switch (s) {
+        case MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR:
+            return "a length the NIC refused: a SEND larger than the receive buffer, or a message over the port's limit";
+        case MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR:
+            return "the NIC could not parse the WQE (opcode, ds count, inline size, QP number in the ctrl segment) or "
+                   "the QP was not in RTS: a WQE format or doorbell bug";
+        case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR:
+            return "the lkey does not cover the local buffer (not registered, another protection domain, or GPU memory "
+                   "registered without dma-buf/nvidia-peermem working)";
+        case MLX5_CQE_SYNDROME_WR_FLUSH_ERR:
+            return "the QP was already in ERROR: an earlier work request failed (see the first error)";
+        case MLX5_CQE_SYNDROME_MW_BIND_ERR: return "a memory-window bind failed (not used by gpuverbs)";
+        case MLX5_CQE_SYNDROME_BAD_RESP_ERR: return "the peer answered with an unexpected response (a transport bug)";
+        case MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR:
+            return "the local buffer of a READ or atomic result lacks local-write access";
+        case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR:
+            return "the peer refused the request: a SEND larger than its receive, an atomic on an address not 8-byte "
+                   "aligned, or an operation its QP does not enable";
+        case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR:
+            return "the rkey or the remote address range does not match a region the peer registered with that access, "
+                   "or the peer QP lacks remote write/read/atomic access";
+        case MLX5_CQE_SYNDROME_REMOTE_OP_ERR:
+            return "the peer could not carry the request out (its receive WQE's buffer is not registered)";
+        case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR:
+            return "no acknowledgement came back: a wrong destination (GID, LID, QP number, PSN) in the address path, "
+                   "a port that is down, or on RoCE no route or neighbour for the peer's GID (gpuverbs_info shows the "
+                   "ports and GIDs)";
+        case MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR: return "the peer had no receive posted, for every retry";
+        case MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR: return "the peer aborted the operation";
+    }
+    return "an unknown syndrome: see the vendor syndrome in the PRM";
+}
+
 std::string rdma_core_from_lib(const std::string& path) {
     // libibverbs.so.1.<abi>.<rdma-core major>.<minor>
     const std::string key = "libibverbs.so.1.";

@@ -93,6 +93,10 @@ Report gather_report(const std::string& device = "", int gpu = -2);
 /// The report as one JSON object.
 std::string report_json(const Report& r);
 
+/// The likely cause of an error completion with this mlx5 syndrome on a ConnectX, in words a
+/// user can act on (gv_selftest prints it with the syndrome's name).
+const char* likely_cause(uint8_t syndrome);
+
 /// "rdma-core 44" from a libibverbs path such as /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0
 /// ("" when the name does not say). Pure.
 std::string rdma_core_from_lib(const std::string& path);
