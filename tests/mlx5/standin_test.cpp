@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gpuverbs/detail/mlx5/doorbell.cuh"
+#include "gpuverbs/oob.hpp"
 #include "mlx5/standin_nic.hpp"
 #include "test_util.hpp"
 
@@ -397,4 +398,34 @@ TEST(Mlx5StandIn, CpuContextChoices) {
     CompletionQueue cq(ctx);
     EXPECT_EQ(cq.memory(), MemoryKind::Host);
     EXPECT_THROW(CompletionQueue(ctx, CqOptions{64, MemoryKind::Device}), InvalidUsage);
+}
+
+// An mlx5 QP's endpoint travels in the out-of-band records unchanged (backend 2, no
+// backend-specific bytes), and the peer connects from the parsed copy.
+TEST(Mlx5StandIn, EndpointsTravelAsOobRecords) {
+    Pair p(make(DoorbellHandler::Gpu, nullptr), QpOptions{}, MemoryKind::Default, 4096, /*connect=*/false);
+    QpEndpoint e0 = p.qp[0]->endpoint(), e1 = p.qp[1]->endpoint();
+    EXPECT_EQ(e0.backend, Backend::Mlx5);
+    EXPECT_EQ(e0.extra.size, 0);
+    QpEndpoint r0 = oob::QpRecord::parse(oob::QpRecord(e0).serialize()).endpoint;
+    QpEndpoint r1 = oob::QpRecord::parse(oob::QpRecord(e1).serialize()).endpoint;
+    EXPECT_EQ(r0.backend, Backend::Mlx5);
+    EXPECT_EQ(r0.qpn, e0.qpn);
+    EXPECT_EQ(r0.psn, e0.psn);
+    EXPECT_EQ(r0.gid, e0.gid);
+    EXPECT_EQ(r0.mtu, e0.mtu);
+    EXPECT_EQ(r0.device, e0.device);
+    // A backend-specific part on an mlx5 endpoint is refused.
+    QpEndpoint bad = e0;
+    bad.extra.size = 4;
+    EXPECT_THROW(oob::QpRecord(bad).serialize(), InvalidUsage);
+    p.qp[0]->connect(r1);
+    p.qp[1]->connect(r0);
+    HostBuf src(p.pd, 64, kLocalWrite), dst(p.pd, 64, kAllAccess, 0);
+    gvtest::fill_random(src.data(), 64, 77);
+    auto a = p.h(0);
+    ASSERT_EQ(dev::write(a, src.data(), 64, src.lkey(), dst.addr(), dst.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    wait_ok(a, 1);
+    EXPECT_EQ(gvtest::first_diff(src.data(), dst.data(), 64), -1);
 }
