@@ -120,6 +120,9 @@ public:
             s.sq = qp.q.sq;
             if (send) s.sq_retired = &qp.q.ctr->sq_retired;
             if (recv) s.rq_retired = &qp.q.ctr->rq_retired;
+            // The NIC keeps no error syndrome a host can read: the poller of the QP's first
+            // error completion keeps it beside the QP's counters (Mlx5Qp::error_syndrome).
+            s.syndrome = reinterpret_cast<uint32_t*>(qp.mlx5.db_lock) + 2;
             write_block(extras_, kSlotsOff + idx * sizeof s, &s, sizeof s);
             return;
         }
@@ -213,6 +216,8 @@ private:
 constexpr size_t kCtrOff = 0;
 constexpr size_t kLockOff = sizeof(dev::QpCounters);
 constexpr size_t kLastOff = kLockOff + 4;
+constexpr size_t kSyndromeOff = kLockOff + 8;  // written by pollers (CqQpSlot::syndrome)
+static_assert(kSyndromeOff == kLockOff + 2 * sizeof(uint32_t), "Mlx5Cq::attach_slots finds it at db_lock + 2");
 constexpr size_t kExtrasBytes = 128;
 static_assert(sizeof(dev::QpCounters) == 64, "counters fill one line");
 
@@ -259,7 +264,14 @@ public:
     }
 
     QpState state() const override { return nic_->state(); }
-    uint8_t error_syndrome() const override { return 0; }  // an error shows as an error CQE
+    /// The syndrome of the QP's first failed completion (not a flush) that a poller took: a
+    /// NIC keeps none a host can read, so this is what the completions said (0 until one
+    /// was polled, and after a reset).
+    uint8_t error_syndrome() const override {
+        uint32_t v = 0;
+        read_block(extras_, kSyndromeOff, &v, sizeof v);
+        return uint8_t(v);
+    }
     void to_init(const InitAttr& a) override { nic_->to_init(a); }
     void to_rtr(const RtrAttr& a) override { nic_->to_rtr(a); }
     void to_rts(const RtsAttr& a) override { nic_->to_rts(a); }

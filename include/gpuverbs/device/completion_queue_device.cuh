@@ -20,7 +20,8 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
     return nullptr;
 }
 
-/// Frees the queue slots up to and including the WQE a completion reports.
+/// Frees the queue slots up to and including the WQE a completion reports (and keeps the
+/// syndrome of a QP's first error where the slot asks for it).
 ///
 /// Pollers claim completions in order but may retire them in any order, so a completion
 /// can arrive here after a later one of its QP was retired. Rebuilding its position from
@@ -31,6 +32,11 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
 GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
     const CqQpSlot* s = cq_find_slot(cq, c.qpn);
     if (!s) return;
+    // The QP's first error other than a flush: why it entered ERROR (kept once).
+    if (s->syndrome && !c.ok() && c.status != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) {
+        uint32_t none = 0;
+        atom::cas(s->syndrome, none, uint32_t(c.status), cq.sys != 0);
+    }
     if (c.is_recv()) {
         if (!s->rq_retired) return;
         unsigned long long r = atom::load_acquire(s->rq_retired);

@@ -46,6 +46,10 @@ struct CqQpSlot {
     uint8_t* sq;                       ///< to read a completed WQE's size
     unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
     unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
+    /// Where the poller that takes the QP's first failed completion (other than a flush)
+    /// keeps its syndrome, for QueuePair::error_syndrome(); null where the backend knows it
+    /// itself (the software device) rather than from the completions (a NIC).
+    uint32_t* syndrome;
 };
 
 /// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
