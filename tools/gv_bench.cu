@@ -60,7 +60,8 @@ int run_loopback(Opts& o) {
     const int op = op_index(o.op);
     if (!o.gpu_init && (op == 2 || o.lat))
         throw NotSupported("--initiator cpu supports write_bw and read_bw");
-    Context ctx(ContextOptions{Backend::Soft, 0});
+    Context ctx(context_for(o));
+    if (ctx.backend() != Backend::Soft) std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
     const uint32_t nq = o.lat ? 1 : o.qps;
     MemoryKind qmem = o.gpu_init ? MemoryKind::Device : MemoryKind::Host;
@@ -231,11 +232,15 @@ int main(int argc, char** argv) {
             } else if (s == "--client") client_of(val());
             else if (s == "--port") o.port = uint16_t(num(1, 65535));
             else if (s == "--timeout") o.timeout_ms = int(num(1, 3600)) * 1000;
+            else if (s == "--device") o.device = val();
             else if (!s.empty() && s[0] != '-') client_of(s);
             else return usage(argv[0]);
         }
         if (o.lat && o.sizes.size() == 1 && o.sizes[0] == 65536) o.sizes = {8};
         if (o.mode == Mode::Loopback) return run_loopback(o);
+        if (!o.device.empty() && o.device != "soft")
+            throw InvalidUsage("--device " + o.device + ": two-process runs use the software device "
+                               "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
         if (o.host_mem)
             throw InvalidUsage("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
         if (!o.gpu_init) throw InvalidUsage("--initiator cpu: two-process mode is GPU-initiated only");

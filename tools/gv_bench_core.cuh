@@ -24,6 +24,7 @@ struct Opts {
     bool host_mem = false;
     bool json = false;
     bool gbits = false;
+    std::string device;  // --device: "" or "soft" the software device, else a ConnectX (mlx5)
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
 };
@@ -42,6 +43,8 @@ int usage(const char* me) {
                  "      --op write|read|send\n"
                  "      --initiator gpu|cpu  who posts (default gpu)\n"
                  "      --mem device|host    where the buffers live (default device)\n"
+                 "      --device NAME     soft (the software device, default) or a ConnectX such as mlx5_0\n"
+                 "                        (the mlx5 backend: loopback between two QPs of that NIC)\n"
                  "      --reps N          repetitions (peak = best, average = mean)\n"
                  "  -D, --duration SECS   scale the iterations so each repetition lasts about SECS\n"
                  "      --report_gbits    report Gb/s instead of GB/s\n"
@@ -53,6 +56,20 @@ int usage(const char* me) {
                  "      --timeout SECS    limit of connecting and of each wait for the peer (default 60)\n",
                  me, me, me, unsigned(oob::kDefaultPort));
     return 2;
+}
+
+/// The context --device names: the software device on GPU 0, or the mlx5 backend on that
+/// ConnectX (GPU 0 drives its queues).
+inline ContextOptions context_for(const Opts& o) {
+    ContextOptions c;
+    c.gpu = 0;
+    if (o.device.empty() || o.device == "soft") {
+        c.backend = Backend::Soft;
+    } else {
+        c.backend = Backend::Mlx5;
+        c.device = o.device;
+    }
+    return c;
 }
 
 struct Job {
