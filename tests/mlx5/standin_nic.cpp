@@ -246,6 +246,7 @@ uint64_t now_ns() {
 }  // namespace
 
 void StandinNic::Impl::run() {
+    if (dev->on_gpu()) detail::cuda::set_device(gpu);  // the executor launches and copies go to this GPU
     uint32_t idle = 0;
     while (!stop.load(std::memory_order_relaxed)) {
         bool any = false;
