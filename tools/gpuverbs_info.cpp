@@ -108,6 +108,12 @@ void print_text(const be::Report& r) {
         std::printf("    dma-buf registration: %s; GPUDirect RDMA: %s; GPUDirect RDMA write ordering: %s\n",
                     g.dmabuf < 0 ? "unknown" : yes(g.dmabuf == 1), g.gdr_supported < 0 ? "unknown" : yes(g.gdr_supported == 1),
                     ordering_name(g.gdr_writes_ordering).c_str());
+        if (i < r.gpu_notes.size()) std::printf("    %s\n", r.gpu_notes[i].c_str());
+        if (i < r.gpu_side.size()) {
+            if (r.gpu_side[i].empty()) std::printf("    ready for a ConnectX on its side (NIC access to its memory, GPU doorbell)\n");
+            else std::printf("    for a ConnectX, on this GPU's side:\n");
+            print_missing(r.gpu_side[i], "      ");
+        }
     }
 
     std::printf("\nConnectX with GPU\n");

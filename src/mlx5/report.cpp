@@ -242,8 +242,29 @@ Report gather_report(const std::string& device, int gpu) {
     list_rdma_devices(&names, &mlx5);
     for (size_t i = 0; i < names.size(); ++i)
         if (device.empty() || names[i] == device) r.devices.push_back(gather_device(names[i], mlx5[i]));
-    for (int g = 0; g < r.env.gpu_count; ++g)
-        if (gpu == -2 || gpu == g) r.gpus.push_back(probe_gpu(g));
+    for (int g = 0; g < r.env.gpu_count; ++g) {
+        if (gpu != -2 && gpu != g) continue;
+        r.gpus.push_back(probe_gpu(g));
+        // The GPU's side of GPU-initiated RDMA, whether a ConnectX is here or not.
+        const GpuFacts& f = r.gpus.back();
+        std::vector<Missing> m;
+        if (f.dmabuf != 1 && !r.env.peermem)
+            m.push_back({"a way for a NIC to reach this GPU's memory",
+                         "dma-buf is not supported (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = " + std::to_string(f.dmabuf) +
+                             ") and nvidia-peermem is not loaded",
+                         std::string(kDmabufFix) + "; or " + kPeermemFix});
+        if (r.env.peer_mapping_override != 1)
+            m.push_back({"the GPU doorbell (a NIC's doorbell page mapped into this GPU; without it a CPU proxy thread rings)",
+                         r.env.peer_mapping_override == 0 ? "the NVIDIA driver's RegistryDwords lack PeerMappingOverride=1"
+                                                          : "unknown: /proc/driver/nvidia/params cannot be read",
+                         kPeerMappingOverrideFix});
+        r.gpu_side.push_back(m);
+        Capabilities c;
+        c.gpu = g;
+        c.gdr_writes_ordering = f.gdr_writes_ordering;
+        FlushChoice fl = choose_read_flush(ReadFlush::Auto, c);
+        r.gpu_notes.push_back(std::string("read flush: ") + (fl.needed ? "needed" : "not needed") + " (" + fl.reason + ")");
+    }
     for (const DeviceRow& d : r.devices) {
         if (!d.mlx5) continue;
         if (r.gpus.empty()) r.pairs.push_back(gather_pair(d, -1, r.env));
@@ -337,7 +358,8 @@ std::string report_json(const Report& r) {
           << ",\"dmabuf_supported\":" << (g.dmabuf < 0 ? "null" : b(g.dmabuf == 1))
           << ",\"gpudirect_rdma_supported\":" << (g.gdr_supported < 0 ? "null" : b(g.gdr_supported == 1))
           << ",\"gpudirect_rdma_writes_ordering\":" << g.gdr_writes_ordering << ",\"driver_version\":" << g.driver_version
-          << "}";
+          << ",\"for_a_connectx_missing\":" << missing_json(i < r.gpu_side.size() ? r.gpu_side[i] : std::vector<Missing>{})
+          << ",\"note\":" << q(i < r.gpu_notes.size() ? r.gpu_notes[i] : std::string()) << "}";
     }
     o << "],\"connectx_gpu_pairs\":[";
     for (size_t i = 0; i < r.pairs.size(); ++i) {

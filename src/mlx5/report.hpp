@@ -81,6 +81,11 @@ struct Report {
     Environment env;
     std::vector<DeviceRow> devices;
     std::vector<GpuFacts> gpus;  ///< index = GPU number
+    /// Per GPU, what a ConnectX would need on the GPU's side, whether or not one is present
+    /// (dma-buf or nvidia-peermem, PeerMappingOverride for the GPU doorbell), and notes (the
+    /// read flush).
+    std::vector<std::vector<Missing>> gpu_side;
+    std::vector<std::string> gpu_notes;
     std::vector<PairRow> pairs;  ///< every ConnectX with every GPU (or with the CPU when none)
     std::string auto_choice;     ///< "Backend::Auto would choose ... because ..."
     std::vector<Missing> general;  ///< missing pieces not tied to a pair (no device, no uverbs)
