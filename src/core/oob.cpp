@@ -145,6 +145,9 @@ struct FrameReader {
     size_t got() const { return hdr_have + body_have; }
     size_t want() const { return have_len ? 4 + size_t(len) : 4; }
     std::string progress() const {
+        if (!greeted)
+            return std::to_string(greet_have) + " of " + std::to_string(kGreetingBytes) +
+                   " bytes of its gpuverbs greeting";
         return std::to_string(got()) + " of " + std::to_string(want()) + " bytes of a message";
     }
     void reset() {
@@ -600,6 +603,11 @@ void Channel::send_message(const uint8_t* data, size_t size, int timeout_ms) {
                                    " of " + std::to_string(out.size()) + " bytes sent)");
     } catch (const TimeoutError&) {
         if (sent > 0) impl_->mark_broken("a send timed out part-way");
+        throw;
+    } catch (const RemoteError&) {
+        impl_->mark_broken("a send failed");
+        // A peer that closed before we heard its greeting: say whether it ever sent one.
+        if (!impl_->reader.greeted) impl_->reader.pump_greeting(impl_->fd, impl_->peer);
         throw;
     } catch (const Error&) {
         impl_->mark_broken("a send failed");
