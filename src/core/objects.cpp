@@ -155,7 +155,11 @@ CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
 CompletionQueue::~CompletionQueue() = default;
 CompletionQueue::CompletionQueue(CompletionQueue&&) noexcept = default;
 CompletionQueue& CompletionQueue::operator=(CompletionQueue&&) noexcept = default;
-dev::CqHandle CompletionQueue::device_handle() const { return impl_->be->handle(); }
+dev::CqHandle CompletionQueue::device_handle() const {
+    dev::CqHandle h = impl_->be->handle();
+    h.ring_on_gpu = impl_->be->host_pollable() ? 0 : 1;  // host code then refuses it (CqHandle)
+    return h;
+}
 uint32_t CompletionQueue::depth() const { return impl_->be->depth(); }
 uint32_t CompletionQueue::cqn() const { return impl_->be->handle().cqn; }
 MemoryKind CompletionQueue::memory() const { return impl_->be->memory(); }
@@ -258,7 +262,16 @@ void QueuePair::to_rts(const RtsAttr& a) { impl_->be->to_rts(a); }
 void QueuePair::to_error() { impl_->be->to_error(); }
 void QueuePair::reset() { impl_->be->reset(); }
 QpEndpoint QueuePair::endpoint() const { return impl_->be->endpoint(); }
-dev::QpHandle QueuePair::device_handle() const { return impl_->be->handle(); }
+dev::QpHandle QueuePair::device_handle() const {
+    // Tell host code which memory it must not touch (QpHandle): the queues are GPU memory for
+    // MemoryKind::Device, and for Default on a context that executes on a GPU.
+    dev::QpHandle h = impl_->be->handle();
+    const MemoryKind m = impl_->opts.memory;
+    h.queues_on_gpu = m == MemoryKind::Device || (m == MemoryKind::Default && impl_->ctx.gpu() >= 0) ? 1 : 0;
+    h.scq.ring_on_gpu = impl_->cqs[0]->be->host_pollable() ? 0 : 1;
+    h.rcq.ring_on_gpu = impl_->cqs[1]->be->host_pollable() ? 0 : 1;
+    return h;
+}
 const QpOptions& QueuePair::options() const { return impl_->opts; }
 
 void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rtr, const RtsAttr& rts) {

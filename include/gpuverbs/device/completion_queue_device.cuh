@@ -31,8 +31,21 @@ struct CqHandle {
     uint32_t slot_mask;
     uint32_t sys;            ///< the ring is host memory or a NIC writes it
     uint32_t cqn;
+    /// The ring is GPU memory: host code must not touch it (set by
+    /// CompletionQueue::device_handle and QueuePair::device_handle).
+    uint32_t ring_on_gpu;
 };
 static_assert(std::is_trivially_copyable_v<CqHandle>);
+
+/// True when the calling thread must not touch cq's ring: a default-constructed handle, or
+/// (host code only) a ring in GPU memory. poll_cq then returns 0, the waits InvalidArgument.
+GV_HOST_DEVICE bool cq_unreachable(const CqHandle& cq) {
+#if GV_DEVICE_CODE
+    return cq.cqes == nullptr || cq.ci == nullptr;
+#else
+    return cq.cqes == nullptr || cq.ci == nullptr || cq.ring_on_gpu != 0;
+#endif
+}
 
 GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
     if (!cq.slots) return nullptr;
@@ -88,9 +101,9 @@ GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
 
 /// Polls up to `max` completions; returns how many were written to `out`. Thread scope;
 /// any number of threads (and CPU threads) may poll one CQ at once, each completion
-/// going to exactly one of them.
+/// going to exactly one of them. 0 for a handle the caller must not touch (cq_unreachable).
 GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
-    if (cq.cqes == nullptr || cq.ci == nullptr) return 0;  // default-constructed handle
+    if (cq_unreachable(cq)) return 0;  // default-constructed, or GPU memory seen from the host
     const bool sys = cq.sys != 0;
     const uint32_t mask = (1u << cq.log_cnt) - 1;
     uint32_t n = 0;
@@ -112,7 +125,7 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
 
 /// True once the software device lost a completion because this CQ was full.
 GV_HOST_DEVICE bool cq_overrun(const CqHandle& cq) {
-    return cq.overrun && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
+    return cq.overrun && !cq_unreachable(cq) && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
 }
 
 }  // namespace gv::dev

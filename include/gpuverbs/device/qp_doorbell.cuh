@@ -22,7 +22,7 @@ GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready
 /// Returns QpNotReady before RTS and QpError in ERROR (work then completes flushed).
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status commit(const QpHandle& qp) {
-    if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
+    if (queues_unreachable(qp)) return Status::InvalidArgument;  // see QpHandle
 #if GV_DEVICE_CODE
     // Every WQE the group published before the call is included.
     bool lead = true;

@@ -17,7 +17,7 @@ namespace dev {
 /// REMOTE_INVAL_REQ_ERR, and both QPs go to ERROR.
 GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
                                 uint64_t timeout_ns = kWaitForever) {
-    if (qp.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
+    if (queues_unreachable(qp)) return Status::InvalidArgument;  // see QpHandle
     if (n > qp.max_recv_sge) return Status::InvalidArgument;
     const unsigned long long ring = 1ull << qp.rq_log_cnt;
     unsigned long long pos;

@@ -98,7 +98,7 @@ struct Reservation {
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
                                        uint64_t timeout_ns) {
-    if (qp.ctr == nullptr) {  // a default-constructed handle: uniform across any group
+    if (queues_unreachable(qp)) {  // default-constructed, or GPU queues from the host: uniform
         *res = Reservation{};
         res->status = Status::InvalidArgument;
         return res->status;

@@ -25,9 +25,10 @@ GV_HOST_DEVICE void drive(const QpHandle& qp) {
 /// Waits until n completions were polled from cq (into out[0..n) when out is not null),
 /// driving qp meanwhile. Thread scope. Returns Ok, CompletionError (all n were polled and
 /// at least one failed: inspect out), CqOverrun, or Timeout; *polled gets the count.
+/// InvalidArgument for a CQ the caller must not touch (cq_unreachable).
 GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n, Completion* out,
                               uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
-    if (cq.cqes == nullptr || cq.ci == nullptr) {  // default-constructed handle
+    if (cq_unreachable(cq)) {  // default-constructed, or GPU memory seen from the host
         if (polled) *polled = 0;
         return Status::InvalidArgument;
     }

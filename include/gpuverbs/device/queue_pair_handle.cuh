@@ -63,6 +63,15 @@ struct QpCounters {
 
 /// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
 /// CQs and context) alive while any kernel or thread uses it.
+///
+/// Which handles CPU threads may drive (post, commit, poll, wait from host code): those whose
+/// queues are host memory, i.e. every QP of a CPU-only context (ContextOptions::gpu = -1), and
+/// QPs created with QpOptions::memory = MemoryKind::Host on a GPU context (their commits
+/// launch the GPU's executor). A QP whose queues are GPU memory (MemoryKind::Device, or
+/// Default on a GPU context) is for kernels only: from host code every posting, commit and
+/// wait call on it returns Status::InvalidArgument (and poll_cq returns 0) without touching
+/// its memory, as for a default-constructed handle. The same holds for a CqHandle of a CQ in
+/// GPU memory.
 struct QpHandle {
     uint8_t* sq;
     uint8_t* rq;
@@ -86,8 +95,27 @@ struct QpHandle {
     uint32_t sys;        ///< queues in host memory, or a NIC reads them: system scope
     BackendKind backend;
     uint32_t soft_on_host;  ///< the software device's state is host memory (CPU executors)
+    /// The rings, doorbell records and posting counters are GPU memory: host code must not
+    /// touch them (set by QueuePair::device_handle).
+    uint32_t queues_on_gpu;
 };
 static_assert(std::is_trivially_copyable_v<QpHandle>);
+
+/// Host code: true when a CPU thread must not touch qp's queues (a default-constructed
+/// handle, or queues in GPU memory: a host load there is a segfault). Always false in device
+/// code, where it compiles away.
+GV_HOST_DEVICE bool host_cannot_touch(const QpHandle& qp) {
+#if GV_DEVICE_CODE
+    (void)qp;
+    return false;
+#else
+    return qp.ctr == nullptr || qp.queues_on_gpu != 0;
+#endif
+}
+
+/// True when the calling thread must not touch qp's queues: a default-constructed handle,
+/// or host_cannot_touch. Posting, commit and the waits then return InvalidArgument.
+GV_HOST_DEVICE bool queues_unreachable(const QpHandle& qp) { return qp.ctr == nullptr || host_cannot_touch(qp); }
 
 /// One step of a wait for another thread's progress (a poster between reserve and publish,
 /// a poller freeing slots, an executor). CPU threads may outnumber cores, and the one
