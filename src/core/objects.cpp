@@ -61,6 +61,7 @@ Backend Context::backend() const { return impl_->ops->kind(); }
 int Context::gpu() const { return impl_->ops->gpu(); }
 std::string Context::name() const { return impl_->ops->name(); }
 bool Context::cuda_built() { return detail::cuda::built(); }
+bool Context::cuda_used() { return detail::cuda::used(); }
 int Context::gpu_count() { return detail::cuda::device_count(); }
 
 // ---- ProtectionDomain -------------------------------------------------------------------
