@@ -131,14 +131,11 @@ ContextOptions context_options(const Args& a, int gpu) {
 /// makes sure MPS runs first: that must precede this process's first CUDA call. With
 /// --gpu -1 no CUDA call is made at all.
 int choose_gpu(const Args& a) {
-    const bool driver = gvcli::nvidia_driver_present();  // no CUDA call yet
+    const std::string no_gpu = kCudaBuilt ? gvcli::no_gpu_reason() : "this build has no CUDA";  // no CUDA call
     int gpu = a.gpu;
-    if (gpu == -2 && !(kCudaBuilt && driver)) gpu = -1;
+    if (gpu == -2 && !no_gpu.empty()) gpu = -1;
     if (gpu == -1) return -1;
-    if (!kCudaBuilt || !driver)
-        throw NotSupported(format("--gpu %d: %s; use --gpu -1 (CPU threads)", gpu,
-                                  kCudaBuilt ? "no NVIDIA driver on this machine (no /dev/nvidiactl)"
-                                             : "this build has no CUDA"));
+    if (!no_gpu.empty()) throw NotSupported(format("--gpu %d: %s; use --gpu -1 (CPU threads)", gpu, no_gpu.c_str()));
     // Kernels of two processes on one GPU need MPS to run at the same time.
     std::string note = mps::ensure(true);
     if (!note.empty()) std::fprintf(stderr, "[%s] warning: %s\n", g_role, note.c_str());

@@ -37,8 +37,10 @@ const char* const kUsage =
 
 int run() {
     {
-        if (!gvcli::nvidia_driver_present() || gv::Context::gpu_count() == 0)
-            throw gv::NotSupported("no CUDA GPU here: hello_rdma needs one (tools/gv_demo --gpu -1 runs on CPU threads)");
+        std::string no_gpu = gvcli::no_gpu_reason();
+        if (no_gpu.empty() && gv::Context::gpu_count() == 0) no_gpu = "no CUDA GPU visible";
+        if (!no_gpu.empty())
+            throw gv::NotSupported(no_gpu + ": hello_rdma needs a CUDA GPU (tools/gv_demo --gpu -1 runs on CPU threads)");
         // Step 1: local configuration.
         gv::Context ctx(gv::ContextOptions{gv::Backend::Soft, 0});
         gv::ProtectionDomain pd(ctx);

@@ -33,10 +33,10 @@ namespace gvbench {
 // The command line and the exit statuses follow tools/cli.hpp (gvcli::run).
 
 /// Throws gv::NotSupported, saying why, unless a CUDA GPU is visible: first without a CUDA
-/// call (the driver's device node), then counting the GPUs.
+/// call (gvcli::no_gpu_reason), then counting the GPUs.
 inline void require_gpu() {
-    if (!gvcli::nvidia_driver_present())
-        throw gv::NotSupported("no NVIDIA driver on this machine (no /dev/nvidiactl): this tool needs a CUDA GPU");
+    const std::string why = gvcli::no_gpu_reason();
+    if (!why.empty()) throw gv::NotSupported(why + ": this tool needs a CUDA GPU");
     if (gv::Context::gpu_count() == 0)
         throw gv::NotSupported("no CUDA GPU visible (is CUDA_VISIBLE_DEVICES empty?): this tool needs one");
 }

@@ -207,9 +207,15 @@ int run(int argc, char** argv, const std::string& usage, Body&& body) {
     }
 }
 
-/// True when this machine has the NVIDIA driver (/dev/nvidiactl), found without a CUDA call:
-/// a tool that needs a GPU can say so before it does anything else, and before MPS must be
-/// started (gv::mps::ensure precedes a process's first CUDA call).
-inline bool nvidia_driver_present() { return ::access("/dev/nvidiactl", F_OK) == 0; }
+/// Why this process can see no GPU, found without a CUDA call ("" when it may see one): no
+/// NVIDIA driver on the machine, or CUDA_VISIBLE_DEVICES set to nothing. A tool that needs a
+/// GPU says so before it does anything else, and before it starts MPS (gv::mps::ensure must
+/// precede a process's first CUDA call; a CUDA call is what would tell for sure).
+inline std::string no_gpu_reason() {
+    if (::access("/dev/nvidiactl", F_OK) != 0) return "no NVIDIA driver on this machine (no /dev/nvidiactl)";
+    const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (v && !*v) return "no GPU visible (CUDA_VISIBLE_DEVICES is set to nothing)";
+    return "";
+}
 
 }  // namespace gvcli

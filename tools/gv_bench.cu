@@ -164,8 +164,8 @@ namespace {
 // Two-process mode: what it needs is checked before listening or connecting, so a machine
 // that cannot run it says so at once instead of after a client or a server came.
 void check_two_process(const std::string& prog) {
-    if (!gvcli::nvidia_driver_present())
-        throw NotSupported("no NVIDIA driver on this machine (no /dev/nvidiactl): the benchmarks need a CUDA GPU");
+    const std::string no_gpu = gvcli::no_gpu_reason();
+    if (!no_gpu.empty()) throw NotSupported(no_gpu + ": the benchmarks need a CUDA GPU");
     // Two processes whose kernels wait for each other on one GPU need MPS (without it the GPU
     // time-slices between them); this must come before the process's first CUDA call.
     const std::string why = mps::ensure(true);

@@ -138,7 +138,14 @@ int run(Args a) {
         if (a.gpu >= 0) throw NotSupported("--gpu " + std::to_string(a.gpu) + ": gv_demo was built without CUDA: use --gpu -1 (CPU threads)");
         a.gpu = -1;
 #endif
-        Context ctx(ContextOptions{Backend::Soft, a.gpu});
+        Context ctx = [&] {
+            try {
+                return Context(ContextOptions{Backend::Soft, a.gpu});
+            } catch (const Error& e) {
+                if (a.gpu < 0) throw;
+                throw Error("--gpu " + std::to_string(a.gpu) + ": " + e.what());
+            }
+        }();
         const bool gpu = ctx.gpu() >= 0;
         std::printf("gpuverbs demo: %d QP pairs on %s, executed by %s\n", a.qps, ctx.name().c_str(),
                     gpu ? "CUDA kernels (one block per QP, 256 threads)" : "CPU threads (one per QP)");
