@@ -181,6 +181,14 @@ bench_early() {
     [ "$took" -lt 10000 ] || fail "gv_write_bw HOST took $took ms to give up without a GPU"
 }
 
+mps_running() {
+    command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
+    local o
+    o=$(echo get_server_list | timeout 5 nvidia-cuda-mps-control 2>&1) || return 1
+    case "$o" in *"Cannot find"*) return 1 ;; esac
+    return 0
+}
+
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 
 # now_ms, wait_for FILE TEXT SECONDS: as in client_server_test.sh.
@@ -197,6 +205,17 @@ bench_server() {
     local bw=$build/tools/gv_write_bw
     [ -x "$bw" ] || { echo "SKIP: no gv_write_bw in $build (a build without CUDA)"; exit 77; }
     have_gpu || { echo "SKIP: no GPU here (nvidia-smi -L lists none): the benchmarks' server needs one"; exit 77; }
+    # The benchmarks start the MPS daemon when it is missing: stop it again if this case did.
+    mps_before=0
+    mps_running && mps_before=1
+    spid=""
+    stop_mps() {
+        if [ "$mps_before" = 0 ] && mps_running; then
+            echo "stopping the MPS daemon this case started"
+            echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+        fi
+    }
+    trap '[ -n "$spid" ] && kill -9 "$spid" 2>/dev/null; rm -rf "$tmp"; stop_mps' EXIT
     # Nobody listening on port 1: the client says once what it waits for.
     timeout -k 2 60 "$bw" 127.0.0.1 --port 1 --timeout 2 >"$tmp/out" 2>"$tmp/err"
     rc=$?
@@ -205,8 +224,8 @@ bench_server() {
     expect "gv_write_bw HOST with nobody listening" 1 err "waiting for a server at 127.0.0.1:1 (up to 2 s)..."
     [ "$(grep -c "waiting for a server" "$tmp/err")" = 1 ] || fail "the client said more than once that it waits"
     "$bw" --server --port 0 --timeout 120 >"$tmp/server.out" 2>"$tmp/server.err" &
-    local spid=$! port
-    trap 'kill -9 $spid 2>/dev/null; rm -rf "$tmp"' EXIT
+    spid=$!
+    local port
     wait_for "$tmp/server.out" "waiting up to" 60
     port=$(sed -n 's/.* on 127.0.0.1:\([0-9][0-9]*\)$/\1/p' "$tmp/server.out" | head -n 1)
     [ -n "$port" ] || die "the server printed no port: $(cat "$tmp/server.out")"
@@ -224,8 +243,9 @@ bench_server() {
     timeout -k 2 120 "$bw" 127.0.0.1 --port "$port" -n 100 --reps 1 >"$tmp/client.out" 2>"$tmp/client.err"
     rc=$?
     [ "$rc" = 0 ] || fail "the well-formed client exited $rc: $(cat "$tmp/client.err")"
-    wait $spid
+    wait "$spid"
     rc=$?
+    spid=""
     [ "$rc" = 0 ] || fail "the server exited $rc: $(cat "$tmp/server.err")"
     grep -q "client 127.0.0.1:[0-9]* done" "$tmp/server.out" || fail "the server did not serve the client"
     checks=$((checks + 4))
