@@ -8,7 +8,8 @@
 #                 row in the table below fails the case): --help and -h print the usage on
 #                 stdout and exit 0, also next to a bad option; an unknown option, a bad value
 #                 and a missing value exit 2 with one line on stderr naming the option; a runtime
-#                 failure exits 1 with the reason on stderr. Every program runs with no GPU
+#                 failure exits 1 with the reason on stderr, out of memory too (gv_demo under
+#                 a 3 GB address-space limit). Every program runs with no GPU
 #                 visible (CUDA_VISIBLE_DEVICES=""), so an answer that needs one shows: the
 #                 usage answers come before any GPU is touched.
 #   bench-early   the benchmarks' two-process mode without a GPU (none visible) fails at once
@@ -141,6 +142,17 @@ convention() {
         expect "$prog ${failing/#-/} (runtime failure)" 1 err "$says"
         [ "$(printf '%s\n' "$err" | grep -c .)" -ge 1 ] || fail "$prog: no reason on stderr"
     done
+    # Out of memory is a clear error (exit 1), not an uncaught std::bad_alloc (abort, 134):
+    # gv_demo on CPU threads with more QPs than 3 GB of address space holds.
+    if [ -x "$build/tools/gv_demo" ]; then
+        if grep -q __asan_init "$build/tools/gv_demo"; then
+            echo "(gv_demo is built with AddressSanitizer, which cannot run under an address-space limit:"
+            echo " the out-of-memory check runs in the other trees)"
+        else
+            run 60 bash -c 'ulimit -v 3000000 && exec "$0" --gpu -1 --qps 200' "$build/tools/gv_demo"
+            expect "gv_demo --gpu -1 --qps 200 in 3 GB" 1 err "out of memory"
+        fi
+    fi
     # Usage mistakes of the two-process programs.
     if [ -x "$build/samples/client_server" ]; then
         run 20 "$build/samples/client_server" --gpu -1
