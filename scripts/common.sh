@@ -45,13 +45,13 @@ describe_gpu() {
 # gpu_visible: true when nvidia-smi lists a GPU.
 gpu_visible() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 
-# cuda_tree DIR: true when DIR was configured with the GPU parts (a CUDA compiler found and
-# GV_ENABLE_CUDA not OFF).
+# cuda_tree DIR: true when DIR was configured with the GPU parts (CUDA enabled, which leaves
+# CMAKE_CUDA_FLAGS in the cache, and GV_ENABLE_CUDA not OFF).
 cuda_tree() {
     local cache=$1/CMakeCache.txt
     [ -f "$cache" ] || return 1
     grep -q '^GV_ENABLE_CUDA:BOOL=OFF' "$cache" && return 1
-    grep -Eq '^CMAKE_CUDA_COMPILER:[A-Z]+=.*nvcc' "$cache"
+    grep -q '^CMAKE_CUDA_FLAGS:STRING=' "$cache"
 }
 
 # about CORE_MINUTES MAX_PARALLEL: roughly how long work of CORE_MINUTES takes on GV_JOBS

@@ -36,9 +36,9 @@ printf 'no newline' | heartbeat x >"$tmp/nl"
 # 2. The line before a build: stand-ins for cmake, nvidia-smi and the tree's cache.
 cmake() { echo "cmake $*"; }
 mkdir -p "$tmp/cuda" "$tmp/cpu" "$tmp/off"
-echo "CMAKE_CUDA_COMPILER:FILEPATH=/usr/local/cuda/bin/nvcc" >"$tmp/cuda/CMakeCache.txt"
-echo "CMAKE_CUDA_COMPILER:FILEPATH=CMAKE_CUDA_COMPILER-NOTFOUND" >"$tmp/cpu/CMakeCache.txt"
-printf 'GV_ENABLE_CUDA:BOOL=OFF\nCMAKE_CUDA_COMPILER:FILEPATH=/usr/bin/nvcc\n' >"$tmp/off/CMakeCache.txt"
+printf 'GV_ENABLE_CUDA:BOOL=ON\nCMAKE_CUDA_FLAGS:STRING=\n' >"$tmp/cuda/CMakeCache.txt"
+printf 'GV_ENABLE_CUDA:BOOL=ON\nCMAKE_CXX_FLAGS:STRING=\n' >"$tmp/cpu/CMakeCache.txt"  # no nvcc found
+printf 'GV_ENABLE_CUDA:BOOL=OFF\nCMAKE_CUDA_FLAGS:STRING=\n' >"$tmp/off/CMakeCache.txt"
 gpu_visible() { return 1; }
 # shellcheck disable=SC2034  # read by build_tree
 GV_JOBS=2
