@@ -74,6 +74,9 @@ def check_tests(build):
     bad, gtests, scripts = [], 0, 0
     for t in tests:
         name, cmd = t.get("name", "?"), t.get("command") or []
+        if not cmd:  # ctest lists no command for a program that is not built
+            bad.append(f"{name}: its program is not built, so it cannot be checked (build the tree first)")
+            continue
         if runs_gtest(cmd):
             gtests += 1
             regex = prop(t, "SKIP_REGULAR_EXPRESSION") or []
