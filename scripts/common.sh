@@ -95,6 +95,9 @@ build_tree() {
             what="$what; no GPU here, so its tests will skip (CI keeps compiling it);"
             what="$what GV_CMAKE_ARGS=-DGV_ENABLE_CUDA=OFF builds a CPU-only tree instead"
         fi
+    elif grep -q '^GV_SANITIZE:STRING=.' "$dir/CMakeCache.txt" 2>/dev/null; then
+        what="the CPU-only library, samples, tools and tests, with sanitizers (slower to compile)"
+        time=$(about 8 8)
     else
         what="the CPU-only library, samples, tools and tests"
         time=$(about 4 8)

@@ -35,7 +35,7 @@ printf 'no newline' | heartbeat x >"$tmp/nl"
 
 # 2. The line before a build: stand-ins for cmake, nvidia-smi and the tree's cache.
 cmake() { echo "cmake $*"; }
-mkdir -p "$tmp/cuda" "$tmp/cpu" "$tmp/off"
+mkdir -p "$tmp/cuda" "$tmp/cpu" "$tmp/off" "$tmp/asan"
 printf 'GV_ENABLE_CUDA:BOOL=ON\nCMAKE_CUDA_FLAGS:STRING=\n' >"$tmp/cuda/CMakeCache.txt"
 printf 'GV_ENABLE_CUDA:BOOL=ON\nCMAKE_CXX_FLAGS:STRING=\n' >"$tmp/cpu/CMakeCache.txt"  # no nvcc found
 printf 'GV_ENABLE_CUDA:BOOL=OFF\nCMAKE_CUDA_FLAGS:STRING=\n' >"$tmp/off/CMakeCache.txt"
@@ -56,6 +56,11 @@ out=$(build_tree "$tmp/cuda")
 gpu_visible() { return 0; }
 out=$(build_tree "$tmp/cuda")
 [[ "$out" == *GV_ENABLE_CUDA* ]] && fail "build_tree: the CPU-only hint where a GPU runs the tests: $out"
+printf 'GV_ENABLE_CUDA:BOOL=OFF\nGV_SANITIZE:STRING=address,undefined\n' >"$tmp/asan/CMakeCache.txt"
+# shellcheck disable=SC2034
+GV_JOBS=2
+out=$(build_tree "$tmp/asan")
+[[ "$out" == *"with sanitizers"*"about 4 min on 2 cores"* ]] || fail "build_tree: the sanitizer tree's estimate: $out"
 for t in cpu off; do
     out=$(build_tree "$tmp/$t")
     [[ "$out" == *"the CPU-only library"* ]] || fail "build_tree: the $t tree not announced as CPU-only: $out"
