@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds gpuverbs and runs every test: the CPU tests, the GPU tests
-# (label "gpu"; they skip themselves with the reason where no GPU exists), then the CPU tests
-# again in a second tree built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# (label "gpu"; they skip themselves with the reason where no GPU exists), the real-verbs tier
+# (label "rdma-vm": the verbs tests inside a Soft-RoCE VM, tools/rdma-vm; skipped with the reason
+# where qemu is missing, failed instead in CI), then the CPU tests again in a second tree built
+# with AddressSanitizer and UndefinedBehaviorSanitizer.
 #
 # Env (see also scripts/common.sh): GV_SKIP_SANITIZERS=1 skips the sanitizer tree;
+# GV_SKIP_RDMA_VM=1 skips the real-verbs tier;
 # GV_ASAN_BUILD_DIR (default build-asan); GV_CTEST_JOBS (parallel CPU tests, default nproc).
 # A quick CPU-only try on a machine with nvcc but no GPU: GV_CMAKE_ARGS=-DGV_ENABLE_CUDA=OFF.
 # Exits non-zero when anything fails; every test stage runs even after an earlier one failed.
@@ -54,9 +57,10 @@ configure "$GV_BUILD_DIR"
 section "build: $GV_BUILD_DIR (-j$GV_JOBS)"
 build_tree "$GV_BUILD_DIR" || fail "build of $GV_BUILD_DIR failed"
 
-# GPU tests run one at a time (they share one GPU); everything else in parallel.
-section "test: CPU tests ($GV_BUILD_DIR, ctest -LE gpu -j$CTEST_JOBS)"
-run_ctest "CPU tests" "$GV_BUILD_DIR" -LE gpu -j"$CTEST_JOBS"
+# GPU tests run one at a time (they share one GPU), the VM tier on its own (it keeps both cores
+# busy); everything else in parallel.
+section "test: CPU tests ($GV_BUILD_DIR, ctest -LE 'gpu|rdma-vm' -j$CTEST_JOBS)"
+run_ctest "CPU tests" "$GV_BUILD_DIR" -LE 'gpu|rdma-vm' -j"$CTEST_JOBS"
 
 section "test: GPU tests ($GV_BUILD_DIR, ctest -L gpu)"
 n_gpu=$(ctest --test-dir "$GV_BUILD_DIR" -N -L gpu | awk '/Total Tests:/ {print $3}')
@@ -65,6 +69,14 @@ if [ "${n_gpu:-0}" -gt 0 ]; then
     skip_reason "$GV_BUILD_DIR"
 else
     echo "no GPU tests in this tree: it was built without CUDA (no nvcc found, or GV_ENABLE_CUDA=OFF)"
+fi
+
+if [ "${GV_SKIP_RDMA_VM:-0}" = 1 ]; then
+    section "real-verbs tier: skipped (GV_SKIP_RDMA_VM=1)"
+else
+    section "test: real-verbs tier, Soft-RoCE VM ($GV_BUILD_DIR, ctest -L rdma-vm)"
+    run_ctest "real-verbs tier (Soft-RoCE VM)" "$GV_BUILD_DIR" -L rdma-vm
+    skip_reason "$GV_BUILD_DIR"
 fi
 
 if [ "${GV_SKIP_SANITIZERS:-0}" = 1 ]; then

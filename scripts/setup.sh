@@ -6,7 +6,13 @@
 # CUDA is not installed here: it is optional and found when gpuverbs is configured (nvcc in
 # PATH or /usr/local/cuda/bin/nvcc).
 #
-# Env: GV_SETUP_SKIP=1 skips everything (for machines set up by other means).
+# The real-verbs tier (tests/verbs/rdma_vm_test.sh, ctest label rdma-vm) boots a Soft-RoCE VM
+# (tools/rdma-vm): its host packages are installed too, and the package lists are refreshed when
+# they cannot name the Debian kernel package the VM image is made from (the image itself is
+# built by the test RdmaVm.image under the build tree).
+#
+# Env: GV_SETUP_SKIP=1 skips everything (for machines set up by other means);
+#      GV_RDMA_VM=0 leaves out the VM's packages (the rdma-vm tier then skips, or fails in CI).
 set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -32,6 +38,11 @@ have() {
         ibverbs-providers) lib libmlx5.so.1 ;;
         rdma-core) [ -x /usr/sbin/rdma-ndd ] ;;
         libgtest-dev) [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] ;;
+        qemu-system-x86) command -v qemu-system-x86_64 >/dev/null ;;
+        cpio) command -v cpio >/dev/null ;;
+        kmod) [ -x /sbin/depmod ] && [ -x /sbin/modprobe ] ;;
+        xz-utils) command -v xz >/dev/null ;;
+        iproute2) [ -x /usr/sbin/ip ] && [ -x /usr/bin/rdma ] ;;
         python3-matplotlib) python3 -c 'import matplotlib' >/dev/null 2>&1 ;;
         *) return 1 ;;
     esac
@@ -41,6 +52,12 @@ have() {
 # (for real RDMA devices) and matplotlib (for the benchmark plots).
 REQUIRED=(cmake g++ make pkg-config python3 libibverbs-dev ibverbs-providers libgtest-dev)
 OPTIONAL=(rdma-core python3-matplotlib)
+# The Soft-RoCE VM of the real-verbs tier (tools/rdma-vm/run.sh deps names the same). Installed
+# like the optional ones (one by one, a warning when one cannot be): the tier itself says what
+# is missing, and fails in CI.
+if [ "${GV_RDMA_VM:-1}" != 0 ]; then
+    OPTIONAL+=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2)
+fi
 
 missing=()
 for p in "${REQUIRED[@]}" "${OPTIONAL[@]}"; do have "$p" || missing+=("$p"); done
@@ -82,6 +99,18 @@ else
             "${SUDO[@]}" apt-get install -y --no-install-recommends "$p" >"$aptlog" 2>&1 ||
                 log "warning: $p not installed (the build and tests do not need it)"
         done
+    fi
+fi
+
+# The VM image is made from the kernel package linux-image-amd64 names: the package lists must
+# know it (a machine whose lists were emptied needs an update, once).
+if [ "${GV_RDMA_VM:-1}" != 0 ] && command -v apt-cache >/dev/null &&
+    ! apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-[0-9]'; then
+    if [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; then
+        log "refreshing the package lists (the rdma-vm tier needs the kernel package's name)"
+        SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+        "${SUDO[@]}" apt-get -o Acquire::Retries=0 -o Acquire::http::Timeout=15 update >/dev/null 2>&1 ||
+            log "warning: apt-get update failed; the rdma-vm tier cannot build its VM image"
     fi
 fi
 

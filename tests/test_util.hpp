@@ -97,7 +97,7 @@ struct HostBuf {
 /// Send-queue WQEBBs reserved so far on a QP (the position its next WQE gets when one
 /// thread posts).
 inline unsigned long long sq_pos(const gv::dev::QpHandle& h) {
-    return __atomic_load_n(&h.ctr->sq_reserved, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&h.q.ctr->sq_reserved, __ATOMIC_ACQUIRE);
 }
 
 /// The queue counters of a software-device QP, for failure messages.
@@ -105,13 +105,13 @@ inline std::string qp_debug(const gv::dev::QpHandle& h) {
     auto ld = [](const unsigned long long* p) {
         return std::to_string(__atomic_load_n(p, __ATOMIC_ACQUIRE));
     };
-    std::string s = "sq reserved " + ld(&h.ctr->sq_reserved) + " ready " + ld(&h.ctr->sq_ready) +
-                    " retired " + ld(&h.ctr->sq_retired) + ", dbrec " +
-                    std::to_string(gv::mlx5::read_sq_dbrec(h.dbrec, true));
-    if (h.soft && h.soft_on_host)
-        s += ", executed to " + ld(&h.soft->sq_ci) + ", lock " +
-             std::to_string(__atomic_load_n(&h.soft->lock, __ATOMIC_ACQUIRE)) + ", state " +
-             std::to_string(__atomic_load_n(&h.soft->state, __ATOMIC_ACQUIRE));
+    std::string s = "sq reserved " + ld(&h.q.ctr->sq_reserved) + " ready " + ld(&h.q.ctr->sq_ready) +
+                    " retired " + ld(&h.q.ctr->sq_retired) + ", dbrec " +
+                    std::to_string(gv::mlx5::read_sq_dbrec(h.q.dbrec, true));
+    if (h.soft.ctx && !h.soft.host_doorbell)  // the device's state is host memory
+        s += ", executed to " + ld(&h.soft.ctx->sq_ci) + ", lock " +
+             std::to_string(__atomic_load_n(&h.soft.ctx->lock, __ATOMIC_ACQUIRE)) + ", state " +
+             std::to_string(__atomic_load_n(&h.soft.ctx->state, __ATOMIC_ACQUIRE));
     return s;
 }
 

@@ -105,12 +105,12 @@ __global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, u
                 uint64_t off = off_of(base + threadIdx.x, size, j.slice);
                 Status st = dev::recv(j.peer, j.dst + off, size, j.dkey);
                 if (st != Status::Ok)
-                    record_failure(fail, Step::PostRecv, q, j.peer.qpn, base + threadIdx.x, st);
+                    record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, base + threadIdx.x, st);
             }
             __syncthreads();
             if (threadIdx.x == 0) {
                 Status st = dev::wait_recv(j.peer, n, nullptr, 20'000'000'000ull);
-                if (st != Status::Ok) record_failure(fail, Step::WaitRecv, q, j.peer.qpn, base + n - 1, st);
+                if (st != Status::Ok) record_failure(fail, Step::WaitRecv, q, j.peer.q.qpn, base + n - 1, st);
             }
             __syncthreads();
             if constexpr (kStop) {
@@ -130,14 +130,14 @@ __global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, u
             if (op == 0) st = dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
             else if (op == 1) st = dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
             else st = dev::send(j.qp, j.src + off, size, j.lkey, fl);
-            if (st != Status::Ok) record_failure(fail, Step::Post, blockIdx.x, j.qp.qpn, i, st);
+            if (st != Status::Ok) record_failure(fail, Step::Post, blockIdx.x, j.qp.q.qpn, i, st);
         }
         const Status cs = dev::commit<Scope::Block>(j.qp);
         if (threadIdx.x == 0) {
-            if (cs != Status::Ok) record_failure(fail, Step::Commit, blockIdx.x, j.qp.qpn, base + n - 1, cs);
+            if (cs != Status::Ok) record_failure(fail, Step::Commit, blockIdx.x, j.qp.q.qpn, base + n - 1, cs);
             const Status ws = dev::wait_send(j.qp, 1, nullptr, 20'000'000'000ull);
             if (ws != Status::Ok)
-                record_failure(fail, Step::WaitSend, blockIdx.x, j.qp.qpn, base + n - 1, ws);
+                record_failure(fail, Step::WaitSend, blockIdx.x, j.qp.q.qpn, base + n - 1, ws);
         }
         __syncthreads();
         if constexpr (kStop) {
@@ -166,7 +166,7 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
             uint64_t t0 = atom::now_ns();
             while (atom::load_acquire(reinterpret_cast<uint64_t*>(const_cast<uint64_t*>(mine)) + (size / 8 - 1)) != i)
                 if (atom::now_ns() - t0 > 5'000'000'000ull) {
-                    record_failure(fail, Step::AwaitPing, q, me.qp.qpn, i - 1, Status::Timeout);
+                    record_failure(fail, Step::AwaitPing, q, me.qp.q.qpn, i - 1, Status::Timeout);
                     return;
                 }
         } else {
@@ -177,14 +177,14 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
                                      (i % 64) == 0 ? kSignaled : 0);
         const Status cs = dev::commit(me.qp);
         if (ws != Status::Ok || cs != Status::Ok) {
-            record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, q, me.qp.qpn, i - 1,
+            record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, q, me.qp.q.qpn, i - 1,
                            ws != Status::Ok ? ws : cs);
             return;
         }
         if (i % 64 == 0) {
             const Status st = dev::wait_send(me.qp, 1, nullptr, 5'000'000'000ull);
             if (st != Status::Ok) {
-                record_failure(fail, Step::WaitSend, q, me.qp.qpn, i - 1, st);
+                record_failure(fail, Step::WaitSend, q, me.qp.q.qpn, i - 1, st);
                 return;
             }
         }
@@ -192,7 +192,7 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
             uint64_t t0 = atom::now_ns();
             while (atom::load_acquire(reinterpret_cast<uint64_t*>(const_cast<uint64_t*>(mine)) + (size / 8 - 1)) != i)
                 if (atom::now_ns() - t0 > 5'000'000'000ull) {
-                    record_failure(fail, Step::AwaitPong, q, me.qp.qpn, i - 1, Status::Timeout);
+                    record_failure(fail, Step::AwaitPong, q, me.qp.q.qpn, i - 1, Status::Timeout);
                     return;
                 }
             stamps[i - 1] = atom::now_ns() - stamps[i - 1];
@@ -222,7 +222,7 @@ void cpu_bw(const Job& j, uint32_t q, int op, uint32_t size, uint32_t iters, uin
             uint32_t k = dev::poll_cq(j.qp.scq, c, kCpuLists);
             for (uint32_t i = 0; i < k; ++i)
                 if (!c[i].ok()) {
-                    record_failure(fail, Step::WaitSend, q, j.qp.qpn, last_of(reaped + i),
+                    record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped + i),
                                    Status::CompletionError, c[i]);
                     return false;
                 }
@@ -233,7 +233,7 @@ void cpu_bw(const Job& j, uint32_t q, int op, uint32_t size, uint32_t iters, uin
                 const uint64_t now = atom::now_ns();
                 if (!t0) t0 = now;
                 else if (now - t0 > kCpuWaitNs) {
-                    record_failure(fail, Step::WaitSend, q, j.qp.qpn, last_of(reaped), Status::Timeout);
+                    record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), Status::Timeout);
                     return false;
                 }
             }
@@ -250,13 +250,13 @@ void cpu_bw(const Job& j, uint32_t q, int op, uint32_t size, uint32_t iters, uin
             Status st = op == 0 ? dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
                                 : dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
             if (st != Status::Ok) {
-                record_failure(fail, Step::Post, q, j.qp.qpn, base + k, st);
+                record_failure(fail, Step::Post, q, j.qp.q.qpn, base + k, st);
                 return;
             }
         }
         const Status cs = dev::commit(j.qp);
         if (cs != Status::Ok) {
-            record_failure(fail, Step::Commit, q, j.qp.qpn, base + n - 1, cs);
+            record_failure(fail, Step::Commit, q, j.qp.q.qpn, base + n - 1, cs);
             return;
         }
         ++outstanding;

@@ -105,8 +105,9 @@ oob::Exchanged exchange_and_connect(Side& s, gvbench::Peer& peer, const std::vec
         throw RemoteError(std::string("exchange with the ") + peer.name + " failed: " + e.what());
     }
     for (const QpEndpoint& e : got.qps)
-        // pid 0 would make connect() look the QP up by number on this process's own device.
-        if (e.soft.pid == 0 || e.soft.pid == uint32_t(getpid()))
+        // Without its backend-specific part (the software device's locator of a QP in another
+        // process), connect() would look the QP up by number on this process's own device.
+        if (e.extra.size == 0)
             throw NotSupported(std::string("the ") + peer.name + "'s QP " + std::to_string(e.qpn) +
                                " carries no locator of another process: its software device cannot be "
                                "reached across processes");

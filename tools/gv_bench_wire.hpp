@@ -15,7 +15,7 @@
 // Either side may send Error(text) in place of any control message; the other then fails with
 // that text. Every wait is bounded (the client's heartbeats keep a long measurement alive).
 //
-// Frames, all integers little-endian (STYLE.md item 8: small explicit versioned records):
+// Frames, all integers little-endian (small, explicit, versioned records):
 //   u32 magic ("GVBP" params, "GVBC" control), u16 version (kWireVersion), u16 zero,
 //   u32 payload length (exact), payload.
 #pragma once

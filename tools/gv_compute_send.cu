@@ -37,15 +37,15 @@ __global__ void persistent_kernel(dev::QpHandle qp, float* x, uint32_t n, uint32
         __syncthreads();
         if (threadIdx.x == 0) {
             const Status st = dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled);
-            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.qpn, s, st);
+            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.q.qpn, s, st);
         }
         const Status cs = dev::commit<Scope::Block>(qp);
         if (threadIdx.x == 0) {
-            if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.qpn, s, cs);
+            if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.q.qpn, s, cs);
             Completion c;
             const Status ws = dev::wait_send(qp, 1, &c, 5'000'000'000ull);
             if (ws != Status::Ok)
-                record_failure(fail, Step::WaitSend, 0, qp.qpn, s, ws,
+                record_failure(fail, Step::WaitSend, 0, qp.q.qpn, s, ws,
                                ws == Status::CompletionError ? c : Completion{});
         }
         __syncthreads();
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
                 // Throws what failed in step s: the loop ends at its first failure.
                 auto fail = [&](uint32_t s, Step step, Status why, Completion comp = Completion{}) {
                     Failure f{};
-                    record_failure(&f, step, 0, c.qpn, s, why, comp);
+                    record_failure(&f, step, 0, c.q.qpn, s, why, comp);
                     throw Error("the CPU initiator failed (" + std::to_string(n * 4) + " bytes, " + run +
                                 "): " + gvbench::describe(f, "WRITE"));
                 };

@@ -31,13 +31,13 @@ __global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t 
         else
             st = dev::write<Scope::Thread>(qp, nullptr, 8, 1, raddr, 1, threadIdx.x == blockDim.x - 1 ? kSignaled : 0);
         if (st != Status::Ok)
-            gvbench::record_failure(fail, Step::Post, blockIdx.x, qp.qpn, r * blockDim.x + threadIdx.x, st);
+            gvbench::record_failure(fail, Step::Post, blockIdx.x, qp.q.qpn, r * blockDim.x + threadIdx.x, st);
         // Its status is not checked: commit of an mlx5 handle returns Ok (nothing executes),
         // and a check would cost this kernel registers.
         dev::commit<Scope::Block>(qp);
         // The sink: every published WQE is complete, its slots free again.
         if (threadIdx.x == 0)
-            atom::store_release(&qp.ctr->sq_retired, atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0), qp.sys != 0);
+            atom::store_release(&qp.q.ctr->sq_retired, atom::load_acquire(&qp.q.ctr->sq_ready, qp.q.sys != 0), qp.q.sys != 0);
         __syncthreads();
     }
 }
@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
             o.memory = mk;
             qps.push_back(std::make_unique<QueuePair>(pd, o));
             dev::QpHandle h = qps.back()->device_handle();
-            h.backend = BackendKind::Mlx5;  // doorbell record + UAR write, no executor
-            h.sys = 1;                      // what a NIC reading the queue needs
-            h.uar = uars.get() + q * 8;
+            h.backend = Backend::Mlx5;  // doorbell record + UAR write, no executor
+            h.q.sys = 1;  // what a NIC reading the queue needs
+            h.mlx5.uar = uars.get() + q * 8;
             hs.push_back(h);
         }
         Buffer<dev::QpHandle> d_hs(hs.size());

@@ -30,20 +30,20 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         unsigned long long t2 = clock64();
         dev::sq_publish_group(qp, res);
         unsigned long long t3 = clock64();
-        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready));
+        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready));
         unsigned long long t4 = clock64();
-        soft::progress(qp.soft, soft::ThreadGroup{});
+        gv::detail::soft::progress(qp.soft.ctx, gv::detail::ThreadGroup{});
         unsigned long long t5 = clock64();
         Completion c;
         while (dev::poll_cq(qp.scq, &c, 1) == 0) {
         }
         unsigned long long t6 = clock64();
         if (rs != Status::Ok) {
-            gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.qpn, i, rs);
+            gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.q.qpn, i, rs);
             return;
         }
         if (!c.ok()) {
-            gvbench::record_failure(fail, gvbench::Step::WaitSend, 0, qp.qpn, i, Status::CompletionError, c);
+            gvbench::record_failure(fail, gvbench::Step::WaitSend, 0, qp.q.qpn, i, Status::CompletionError, c);
             return;
         }
         if (i >= 10) {

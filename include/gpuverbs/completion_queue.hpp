@@ -4,7 +4,9 @@
 #include <memory>
 #include <vector>
 
+#include "gpuverbs/completion.hpp"
 #include "gpuverbs/context.hpp"
+#include "gpuverbs/device/handles.hpp"
 
 namespace gv {
 

@@ -24,5 +24,5 @@
 namespace gv {
 /// Library version, bumped with every change of the out-of-band record formats.
 inline constexpr uint32_t kVersionMajor = 0;
-inline constexpr uint32_t kVersionMinor = 1;
+inline constexpr uint32_t kVersionMinor = 2;
 }  // namespace gv

@@ -4,27 +4,10 @@
 #include <memory>
 #include <string>
 
-#include "gpuverbs/device/queue_pair_device.cuh"
 #include "gpuverbs/errors.hpp"
+#include "gpuverbs/types.hpp"
 
 namespace gv {
-
-/// Which engine executes work requests.
-enum class Backend {
-    Auto,   ///< mlx5 when a ConnectX with GPU doorbells is usable, else soft
-    Soft,   ///< the software RDMA device (any machine)
-    Mlx5,   ///< a ConnectX NIC driven through its mlx5 queues
-    Verbs,  ///< any libibverbs device through a CPU proxy
-};
-
-const char* backend_name(Backend b);
-
-/// Where a queue (WQE ring, CQE ring, doorbell records) lives.
-enum class MemoryKind {
-    Default,  ///< GPU memory when the context executes on a GPU, else host memory
-    Host,     ///< pinned host memory (CPU threads can post and poll; GPUs reach it mapped)
-    Device,   ///< GPU memory (fastest for kernels; CPU threads cannot touch it)
-};
 
 struct ContextOptions {
     Backend backend = Backend::Auto;
@@ -58,6 +41,9 @@ public:
     int gpu() const;
     /// Human-readable name of the opened device ("soft-cpu", "soft-gpu0", "mlx5_0").
     std::string name() const;
+    /// Which backend was opened and why, in a sentence (for Backend::Auto: what it found,
+    /// e.g. "Backend::Auto chose soft: no RDMA device present: the software RDMA device").
+    const std::string& selection() const;
     /// True when the library was built with CUDA support.
     static bool cuda_built();
     /// True once gpuverbs made a CUDA call in this process: a context on a GPU (also gpu = -2,

@@ -7,15 +7,6 @@
 
 namespace gv {
 
-/// Access rights of a region (bit values of enum ibv_access_flags). Local read is implied.
-enum Access : uint32_t {
-    kLocalWrite = 1u << 0,
-    kRemoteWrite = 1u << 1,
-    kRemoteRead = 1u << 2,
-    kRemoteAtomic = 1u << 3,
-    kAllAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic,
-};
-
 /// What a peer needs to address a region: base address, length and rkey.
 struct RemoteBuffer {
     uint64_t addr = 0;

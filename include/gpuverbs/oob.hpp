@@ -37,7 +37,7 @@ namespace gv::oob {
 
 /// Version of the record format this build writes and reads.
 /// Version 2: the QP record carries a software-device locator (gv::SoftLocator).
-constexpr uint16_t kRecordVersion = 2;
+constexpr uint16_t kRecordVersion = 3;
 constexpr uint32_t kQpRecordMagic = 0x50515647;      ///< bytes "GVQP"
 constexpr uint32_t kMemoryRecordMagic = 0x524d5647;  ///< bytes "GVMR"
 constexpr uint32_t kHelloMagic = 0x49485647;         ///< bytes "GVHI"
@@ -54,15 +54,16 @@ const char* record_type_name(RecordType t);
 /// IEEE 802.3 CRC-32 (reflected, polynomial 0xEDB88320), the records' checksum.
 uint32_t crc32(const uint8_t* data, size_t size);
 
-/// A QP's connection descriptor (gv::QpEndpoint). Payload, 64 + name length bytes:
-///   u8 backend (1 soft, 2 mlx5, 3 verbs), u8 device name length (0..64), u16 lid,
+/// A QP's connection descriptor (gv::QpEndpoint). Payload, 36 + extra + name bytes:
+///   u8 backend (1 soft, 2 mlx5, 3 verbs: the values of gv::Backend),
+///   u8 device name length (0..64), u8 backend-specific length (0..48), u8 reserved (0),
 ///   u32 qpn (< 2^24), u32 psn (< 2^24), u32 path MTU (256, 512, 1024, 2048 or 4096),
-///   u8 gid[16],
-///   software-device locator (gv::SoftLocator; all zero for other backends):
-///     u32 pid (<= 4194304; 0: no locator, then every locator field is 0),
+///   u16 lid, u16 reserved (0), u8 gid[16],
+///   the backend-specific bytes (QpEndpoint::extra), checked by the rules of the backend:
+///     soft: none, or a 32-byte locator of a QP in another process (u32 pid, 1..4194304;
 ///     u32 arena fd (< 2^31), u64 arena base, u64 arena size (0: no arena, then fd, base and
-///     QP state are 0; else base and size page-aligned, the range below 2^57),
-///     u64 QP state address (8-aligned, inside the arena),
+///     QP context are 0; else base and size page-aligned, the range below 2^57), u64 QP
+///     context address (8-aligned, inside the arena)); mlx5, verbs: none,
 ///   device name bytes (printable ASCII, no terminator).
 struct QpRecord {
     QpEndpoint endpoint;

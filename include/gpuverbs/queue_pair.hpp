@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -10,10 +11,6 @@
 #include "gpuverbs/memory_region.hpp"
 
 namespace gv {
-
-/// QP states, numbered as enum ibv_qp_state.
-enum class QpState { Reset = 0, Init = 1, Rtr = 2, Rts = 3, Sqd = 4, Sqe = 5, Error = 6 };
-const char* qp_state_name(QpState s);
 
 struct QpOptions {
     CompletionQueue* send_cq = nullptr;  ///< required
@@ -26,20 +23,22 @@ struct QpOptions {
     MemoryKind memory = MemoryKind::Default;
 };
 
-/// Where a software-device QP lives, for a peer in another process on the same host
-/// (docs/cross-process.md). pid 0: not a software device. arena_size 0 (and then fd, base
-/// and qp_state 0): the QP cannot be reached from another process (its state, queues or
-/// CQs are not in its device's shared arena, e.g. host-memory queues on a GPU device).
-struct SoftLocator {
-    uint32_t pid = 0;        ///< owning process
-    uint32_t arena_fd = 0;   ///< its descriptor of the shared arena (/proc/<pid>/fd/<fd>)
-    uint64_t arena_base = 0; ///< the arena's address, the same in every process mapping it
-    uint64_t arena_size = 0;
-    uint64_t qp_state = 0;   ///< the QP's soft::QpState inside the arena
-    bool operator==(const SoftLocator& o) const {
-        return pid == o.pid && arena_fd == o.arena_fd && arena_base == o.arena_base &&
-               arena_size == o.arena_size && qp_state == o.qp_state;
+/// The backend-specific part of an endpoint: bytes that only the backend that made them
+/// reads (the software device puts there where a QP of another process lives; the other
+/// backends need nothing beyond the common fields). Copied as they are by connect() into
+/// RtrAttr::remote_extra and by the out-of-band records, which check them with the rules
+/// of the endpoint's backend.
+struct EndpointExtra {
+    static constexpr size_t kMaxBytes = 48;
+    uint8_t size = 0;  ///< bytes used, 0..kMaxBytes (0: nothing backend-specific)
+    std::array<uint8_t, kMaxBytes> bytes{};
+    bool operator==(const EndpointExtra& o) const {
+        if (size != o.size) return false;
+        for (size_t i = 0; i < size; ++i)
+            if (bytes[i] != o.bytes[i]) return false;
+        return true;
     }
+    bool operator!=(const EndpointExtra& o) const { return !(*this == o); }
 };
 
 /// What a peer needs to connect to a QP (exchanged out of band).
@@ -47,11 +46,11 @@ struct QpEndpoint {
     Backend backend = Backend::Soft;
     uint32_t qpn = 0;
     uint32_t psn = 0;
-    uint16_t lid = 0;
-    std::array<uint8_t, 16> gid{};
+    uint16_t lid = 0;              ///< InfiniBand port LID (0 on RoCE and the software device)
+    std::array<uint8_t, 16> gid{};  ///< port GID (RoCE: the address; IB: subnet prefix + GUID)
     uint32_t mtu = 4096;
     std::string device;  ///< device name, to tell peers on other devices apart
-    SoftLocator soft;    ///< software device: the QP's process and place (see SoftLocator)
+    EndpointExtra extra;  ///< backend-specific part (see EndpointExtra)
 };
 
 struct InitAttr {
@@ -67,10 +66,11 @@ struct RtrAttr {
     uint32_t min_rnr_timer = 12;  ///< 0..31, IB encoding (12 = 0.64 ms)
     uint16_t dlid = 0;
     std::array<uint8_t, 16> dgid{};
-    /// Software device: the peer's locator (QpEndpoint::soft). A pid other than this
-    /// process's imports the peer's arena and connects to the QpState it names; pid 0 or
-    /// this process: the peer is found by remote_qpn on this process's device.
-    SoftLocator remote_soft{};
+    /// The peer endpoint's backend-specific part (QpEndpoint::extra; connect() copies it).
+    /// Software device: names the peer's process and where its QP lives, so a peer in
+    /// another process can be reached; empty, the peer is found by remote_qpn on this
+    /// process's device.
+    EndpointExtra remote_extra{};
 };
 
 struct RtsAttr {

@@ -3,18 +3,28 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "gpuverbs/completion_queue.hpp"
 #include "gpuverbs/queue_pair.hpp"
 
 namespace gv::detail {
 
+/// A registered memory region as the backend knows it. A NIC hands out two keys (the
+/// software device gives one value for both).
 struct MrInfo {
-    uint32_t key = 0;
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
     bool device_memory = false;
 };
 
+class QpBackend;
+
+/// A CQ of a backend, and the one registry of the QPs that complete into it: attach()
+/// lets pollers free the QP's queue slots (the backend's slot table) and host-side waits
+/// drive the QP (QpBackend::drive).
 class CqBackend {
 public:
     virtual ~CqBackend() = default;
@@ -23,15 +33,31 @@ public:
     virtual MemoryKind memory() const = 0;
     /// True when CPU threads can read the ring.
     virtual bool host_pollable() const = 0;
-    /// Lets pollers free QP slots (send and/or receive side) of qpn.
-    virtual void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) = 0;
-    virtual void detach_qp(uint32_t qpn) = 0;
+
+    /// Registers qp's send side, receive side or both with this CQ.
+    void attach(QpBackend* qp, bool send, bool recv);
+    /// Undoes attach (a QP never attached: nothing happens).
+    void detach(QpBackend* qp);
+    /// Lets every attached QP make progress that waits for no doorbell (host waits).
+    void drive_attached();
+
+protected:
+    /// The backend's part of attach / detach: the slot table pollers free queue slots by.
+    virtual void attach_slots(const dev::QpHandle& qp, bool send, bool recv) = 0;
+    virtual void detach_slots(uint32_t qpn) = 0;
+
+private:
+    std::mutex mu_;
+    std::vector<QpBackend*> qps_;
 };
 
 class QpBackend {
 public:
     virtual ~QpBackend() = default;
     virtual dev::QpHandle handle() const = 0;
+    /// Progress a host-side waiter makes for this QP when it finds nothing to poll (the
+    /// software device's RNR retries and flushes). Nothing by default.
+    virtual void drive() {}
     virtual QpState state() const = 0;
     virtual uint8_t error_syndrome() const = 0;
     virtual void to_init(const InitAttr&) = 0;
@@ -51,7 +77,7 @@ public:
     virtual uint32_t pd_alloc() = 0;
     virtual void pd_free(uint32_t pd) = 0;
     virtual MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) = 0;
-    virtual void mr_deregister(uint32_t key) = 0;
+    virtual void mr_deregister(const MrInfo& mr) = 0;
     virtual std::unique_ptr<CqBackend> cq_create(const CqOptions& options) = 0;
     /// Host memory peers in other processes can reach (gv::SharedBuffer).
     virtual void* shared_alloc(size_t bytes) {
@@ -63,10 +89,44 @@ public:
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
 };
 
+// ---- choosing a backend (Backend::Auto) --------------------------------------------------
+
+/// What Backend::Auto decides on: facts about the machine and the build.
+struct BackendFacts {
+    /// RDMA devices libibverbs lists, in its order, and which of them are ConnectX (mlx5).
+    std::vector<std::string> devices;
+    std::vector<bool> is_mlx5;
+    /// Kernels can drive a ConnectX's queues themselves (the mlx5 backend is usable here).
+    bool mlx5_gpu_queues = false;
+    std::string mlx5_why_not;  ///< why not, when a ConnectX exists but cannot be driven
+    /// The verbs proxy backend exists in this build.
+    bool verbs_backend = false;
+};
+
+struct BackendChoice {
+    Backend backend = Backend::Soft;
+    std::string device;  ///< the RDMA device to open (empty for soft)
+    std::string reason;  ///< why, in a sentence, for logs and Context::selection()
+};
+
+/// Backend::Auto as a plain function: mlx5 when a ConnectX's queues can be driven by
+/// kernels, else verbs when an RDMA device exists (and the verbs backend is built), else the
+/// software device. `wanted` (ContextOptions::device) restricts the choice to that device;
+/// a name no device has is an InvalidUsage error listing what exists.
+BackendChoice choose_backend(const BackendFacts& facts, const std::string& wanted);
+/// The facts of this machine and build.
+BackendFacts probe_backend_facts();
+
+/// What is wrong with an endpoint's backend-specific part for `backend` ("" when nothing):
+/// the out-of-band records' check of EndpointExtra, by the rules of the backend that reads it.
+std::string check_endpoint_extra(Backend backend, const EndpointExtra& extra);
+
+// ---- opening a backend -------------------------------------------------------------------
+
 std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes = 0);
 /// Opens a ConnectX through mlx5dv; throws NotSupported with the reason when impossible.
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
-/// True when a ConnectX (mlx5) RDMA device is present.
-bool mlx5_present();
+/// The RDMA devices libibverbs lists, and for each whether it is a ConnectX (mlx5).
+void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5);
 
 }  // namespace gv::detail

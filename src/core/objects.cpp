@@ -5,7 +5,8 @@
 #include <thread>
 
 #include "core/backend.hpp"
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
+#include "gpuverbs/device/completion_queue_device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
 namespace gv {
@@ -38,6 +39,7 @@ const char* qp_state_name(QpState s) {
 // ---- Context ----------------------------------------------------------------------------
 struct Context::Impl {
     std::unique_ptr<detail::BackendOps> ops;
+    std::string selection;
 };
 
 Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
@@ -45,12 +47,20 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
                                 " invalid: expected -2 (auto), -1 (CPU threads) or a GPU index");
     int gpu = o.gpu;
     if (gpu == -2) gpu = detail::cuda::device_count() > 0 ? 0 : -1;
-    switch (o.backend) {
-        case Backend::Auto:
-            impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes);  // mlx5 GPU queues: not yet
-            break;
+    Backend b = o.backend;
+    std::string device = o.device;
+    if (b == Backend::Auto) {
+        detail::BackendChoice c = detail::choose_backend(detail::probe_backend_facts(), o.device);
+        b = c.backend;
+        device = c.device;
+        impl_->selection = "Backend::Auto chose " + std::string(backend_name(b)) + ": " + c.reason;
+    } else {
+        impl_->selection = std::string("Backend::") + backend_name(b) + " asked for";
+    }
+    switch (b) {
+        case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
-        case Backend::Mlx5: impl_->ops = detail::open_mlx5(o.device, gpu); break;
+        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu); break;
         case Backend::Verbs:
             throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
                                "in this version; use Backend::Soft");
@@ -60,6 +70,7 @@ Context::~Context() = default;
 Backend Context::backend() const { return impl_->ops->kind(); }
 int Context::gpu() const { return impl_->ops->gpu(); }
 std::string Context::name() const { return impl_->ops->name(); }
+const std::string& Context::selection() const { return impl_->selection; }
 bool Context::cuda_built() { return detail::cuda::built(); }
 bool Context::cuda_used() { return detail::cuda::used(); }
 int Context::gpu_count() { return detail::cuda::device_count(); }
@@ -94,24 +105,24 @@ MemoryRegion::MemoryRegion(const ProtectionDomain& pd, void* addr, size_t length
     impl_ = std::make_unique<Impl>(Impl{pd.context(), addr, length, access, info});
 }
 MemoryRegion::~MemoryRegion() {
-    if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+    if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info);
 }
 MemoryRegion::MemoryRegion(MemoryRegion&&) noexcept = default;
 MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
     if (this != &o) {
-        if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info.key);
+        if (impl_) impl_->ctx.impl()->ops->mr_deregister(impl_->info);
         impl_ = std::move(o.impl_);
     }
     return *this;
 }
-uint32_t MemoryRegion::lkey() const { return impl_->info.key; }
-uint32_t MemoryRegion::rkey() const { return impl_->info.key; }
+uint32_t MemoryRegion::lkey() const { return impl_->info.lkey; }
+uint32_t MemoryRegion::rkey() const { return impl_->info.rkey; }
 void* MemoryRegion::addr() const { return impl_->addr; }
 size_t MemoryRegion::length() const { return impl_->length; }
 uint32_t MemoryRegion::access() const { return impl_->access; }
 bool MemoryRegion::is_device_memory() const { return impl_->info.device_memory; }
 RemoteBuffer MemoryRegion::remote() const {
-    return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.key, impl_->access};
+    return {reinterpret_cast<uint64_t>(impl_->addr), impl_->length, impl_->info.rkey, impl_->access};
 }
 
 // ---- SharedBuffer -----------------------------------------------------------------------
@@ -140,6 +151,29 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
 void* SharedBuffer::data() const { return impl_ ? impl_->p : nullptr; }
 size_t SharedBuffer::size() const { return impl_ ? impl_->bytes : 0; }
 
+// ---- the QP-CQ registry ----------------------------------------------------------------
+namespace detail {
+void CqBackend::attach(QpBackend* qp, bool send, bool recv) {
+    std::lock_guard<std::mutex> lock(mu_);
+    attach_slots(qp->handle(), send, recv);
+    if (std::find(qps_.begin(), qps_.end(), qp) == qps_.end()) qps_.push_back(qp);
+}
+void CqBackend::detach(QpBackend* qp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find(qps_.begin(), qps_.end(), qp);
+    if (it == qps_.end()) return;
+    qps_.erase(it);
+    try {  // writes CQ memory: fails on a failed CUDA context, when nothing needs undoing
+        detach_slots(qp->handle().q.qpn);
+    } catch (...) {
+    }
+}
+void CqBackend::drive_attached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (QpBackend* q : qps_) q->drive();
+}
+}  // namespace detail
+
 // ---- CompletionQueue --------------------------------------------------------------------
 // The Impls of CompletionQueue and QueuePair take their context when they are made: a
 // default-constructed Context member would open the default device first (gpu = -2: GPU 0
@@ -148,8 +182,6 @@ struct CompletionQueue::Impl {
     explicit Impl(const Context& c) : ctx(c) {}
     Context ctx;
     std::unique_ptr<detail::CqBackend> be;
-    std::mutex mu;
-    std::vector<dev::QpHandle> qps;  // driven by host-side waits
 };
 
 CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
@@ -159,11 +191,7 @@ CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
 CompletionQueue::~CompletionQueue() = default;
 CompletionQueue::CompletionQueue(CompletionQueue&&) noexcept = default;
 CompletionQueue& CompletionQueue::operator=(CompletionQueue&&) noexcept = default;
-dev::CqHandle CompletionQueue::device_handle() const {
-    dev::CqHandle h = impl_->be->handle();
-    h.ring_on_gpu = impl_->be->host_pollable() ? 0 : 1;  // host code then refuses it (CqHandle)
-    return h;
-}
+dev::CqHandle CompletionQueue::device_handle() const { return impl_->be->handle(); }
 uint32_t CompletionQueue::depth() const { return impl_->be->depth(); }
 uint32_t CompletionQueue::cqn() const { return impl_->be->handle().cqn; }
 MemoryKind CompletionQueue::memory() const { return impl_->be->memory(); }
@@ -196,10 +224,7 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
         if (dev::cq_overrun(h))
             throw CompletionError("CQ " + std::to_string(cqn()) + " overran (depth " +
                                   std::to_string(depth()) + "): completions were lost", 0);
-        {
-            std::lock_guard<std::mutex> lock(impl_->mu);
-            for (auto& q : impl_->qps) dev::drive(q);
-        }
+        impl_->be->drive_attached();
         if (bounded && std::chrono::steady_clock::now() > deadline)
             throw TimeoutError("CQ " + std::to_string(cqn()) + ": " + std::to_string(got) + " of " +
                                std::to_string(n) + " completions within " + std::to_string(timeout_ms) + " ms");
@@ -235,29 +260,32 @@ QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std
     impl_->opts = o;
     impl_->cqs[0] = o.send_cq->impl();
     impl_->cqs[1] = o.recv_cq->impl();
-    impl_->be =
-        pd.context().impl()->ops->qp_create(pd.handle(), o, impl_->cqs[0]->be.get(), impl_->cqs[1]->be.get());
-    auto h = impl_->be->handle();
-    for (CompletionQueue::Impl* cq : impl_->cqs) {
-        std::lock_guard<std::mutex> lock(cq->mu);
-        cq->qps.push_back(h);
-        if (impl_->cqs[0] == impl_->cqs[1]) break;
+    detail::CqBackend* scq = impl_->cqs[0]->be.get();
+    detail::CqBackend* rcq = impl_->cqs[1]->be.get();
+    impl_->be = pd.context().impl()->ops->qp_create(pd.handle(), o, scq, rcq);
+    try {
+        if (scq == rcq) {
+            scq->attach(impl_->be.get(), true, true);
+        } else {
+            scq->attach(impl_->be.get(), true, false);
+            rcq->attach(impl_->be.get(), false, true);
+        }
+    } catch (...) {
+        scq->detach(impl_->be.get());
+        rcq->detach(impl_->be.get());
+        throw;
     }
 }
 QueuePair::~QueuePair() {
     if (!impl_) return;
-    uint32_t q = impl_->be->handle().qpn;
-    for (CompletionQueue::Impl* cq : impl_->cqs) {
-        std::lock_guard<std::mutex> lock(cq->mu);
-        auto& v = cq->qps;
-        v.erase(std::remove_if(v.begin(), v.end(), [&](const dev::QpHandle& h) { return h.qpn == q; }),
-                v.end());
-    }
+    // Detached first: pollers and host waits must not reach the QP while it goes away.
+    for (CompletionQueue::Impl* cq : impl_->cqs) cq->be->detach(impl_->be.get());
+    impl_->be.reset();
 }
 QueuePair::QueuePair(QueuePair&&) noexcept = default;
 QueuePair& QueuePair::operator=(QueuePair&&) noexcept = default;
 
-uint32_t QueuePair::qpn() const { return impl_->be->handle().qpn; }
+uint32_t QueuePair::qpn() const { return impl_->be->handle().q.qpn; }
 QpState QueuePair::state() const { return impl_->be->state(); }
 uint8_t QueuePair::error_syndrome() const { return impl_->be->error_syndrome(); }
 void QueuePair::to_init(const InitAttr& a) { impl_->be->to_init(a); }
@@ -266,16 +294,7 @@ void QueuePair::to_rts(const RtsAttr& a) { impl_->be->to_rts(a); }
 void QueuePair::to_error() { impl_->be->to_error(); }
 void QueuePair::reset() { impl_->be->reset(); }
 QpEndpoint QueuePair::endpoint() const { return impl_->be->endpoint(); }
-dev::QpHandle QueuePair::device_handle() const {
-    // Tell host code which memory it must not touch (QpHandle): the queues are GPU memory for
-    // MemoryKind::Device, and for Default on a context that executes on a GPU.
-    dev::QpHandle h = impl_->be->handle();
-    const MemoryKind m = impl_->opts.memory;
-    h.queues_on_gpu = m == MemoryKind::Device || (m == MemoryKind::Default && impl_->ctx.gpu() >= 0) ? 1 : 0;
-    h.scq.ring_on_gpu = impl_->cqs[0]->be->host_pollable() ? 0 : 1;
-    h.rcq.ring_on_gpu = impl_->cqs[1]->be->host_pollable() ? 0 : 1;
-    return h;
-}
+dev::QpHandle QueuePair::device_handle() const { return impl_->be->handle(); }
 const QpOptions& QueuePair::options() const { return impl_->opts; }
 
 void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rtr, const RtsAttr& rts) {
@@ -289,7 +308,7 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     rtr.path_mtu = std::min(rtr.path_mtu, peer.mtu);
     rtr.dlid = peer.lid;
     rtr.dgid = peer.gid;
-    rtr.remote_soft = peer.soft;
+    rtr.remote_extra = peer.extra;
     to_rtr(rtr);
     to_rts(rts);
 }

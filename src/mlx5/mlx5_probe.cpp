@@ -22,11 +22,12 @@ struct DeviceList {
 };
 }  // namespace
 
-bool mlx5_present() {
+void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5) {
     DeviceList d;
-    for (int i = 0; i < d.n; ++i)
-        if (mlx5dv_is_supported(d.list[i])) return true;
-    return false;
+    for (int i = 0; i < d.n; ++i) {
+        names->push_back(ibv_get_device_name(d.list[i]));
+        is_mlx5->push_back(mlx5dv_is_supported(d.list[i]));
+    }
 }
 
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu) {

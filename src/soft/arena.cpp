@@ -12,7 +12,7 @@
 #include <random>
 #include <string>
 
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 
 #ifndef MAP_FIXED_NOREPLACE

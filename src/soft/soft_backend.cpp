@@ -16,8 +16,9 @@
 #include "soft/arena.hpp"
 #include "soft/peer_watch.hpp"
 #include "soft/soft_device.hpp"
-#include "core/cuda_rt.hpp"
-#include "gpuverbs/soft/exec.cuh"
+#include "cuda/cuda_rt.hpp"
+#include "gpuverbs/detail/soft/doorbell.cuh"
+#include "gpuverbs/device/completion_queue_device.cuh"
 
 namespace gv::detail {
 
@@ -70,6 +71,7 @@ public:
         h.slot_mask = kSlots - 1;
         h.log_cnt = log2u(cnt_);
         h.sys = device_ ? 0 : 1;
+        h.host_reachable = device_ ? 0 : 1;
         h.cqn = cqn_;
         return h;
     }
@@ -81,17 +83,18 @@ public:
     /// Ring and state in the device's shared arena (reachable from peer processes).
     bool in_arena() const { return q_.arena && s_.arena; }
 
-    void attach_qp(uint32_t qpn, const dev::QpHandle& qp, bool send, bool recv) override {
+    void attach_slots(const dev::QpHandle& qp, bool send, bool recv) override {
         std::lock_guard<std::mutex> lock(mu_);
+        const uint32_t qpn = qp.q.qpn;
         for (uint32_t i = 0; i < kSlots; ++i) {
             uint32_t idx = (qpn + i) & (kSlots - 1);
             dev::CqQpSlot& s = slots_[idx];
             if (s.qpn != 0 && s.qpn != 0xffffffffu && s.qpn != qpn) continue;
             s.qpn = qpn;
-            s.sq_log_bb = qp.sq_log_bb;
-            s.sq = qp.sq;
-            if (send) s.sq_retired = &qp.ctr->sq_retired;
-            if (recv) s.rq_retired = &qp.ctr->rq_retired;
+            s.sq_log_bb = qp.q.sq_log_bb;
+            s.sq = qp.q.sq;
+            if (send) s.sq_retired = &qp.q.ctr->sq_retired;
+            if (recv) s.rq_retired = &qp.q.ctr->rq_retired;
             dev_->write(q_, ring_bytes_ + 128 + idx * sizeof s, &s, sizeof s);
             return;
         }
@@ -134,7 +137,7 @@ public:
         dev_->write_val(q_, ring_bytes_ + 64, nci);
         dev_->write_val(q_, ring_bytes_ + mlx5::kCqSetCi * 4, mlx5::to_be32(uint32_t(nci) & 0xffffff));
     }
-    void detach_qp(uint32_t qpn) override {
+    void detach_slots(uint32_t qpn) override {
         std::lock_guard<std::mutex> lock(mu_);
         for (uint32_t i = 0; i < kSlots; ++i) {
             uint32_t idx = (qpn + i) & (kSlots - 1);
@@ -208,35 +211,37 @@ public:
 
     dev::QpHandle handle() const override {
         dev::QpHandle h{};
-        h.sq = q_.at(0);
-        h.rq = q_.at(sq_bytes_);
-        h.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
-        h.ctr = q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64);
-        h.soft = s_.at<soft::QpState>(0);
-        h.soft_on_host = dev_->on_gpu() ? 0 : 1;
-        if (dev_->on_gpu()) {
-            h.host_doorbell = cuda::soft_doorbell_fn();
-            h.host_ctx = h.soft;
-        }
+        h.q.sq = q_.at(0);
+        h.q.rq = q_.at(sq_bytes_);
+        h.q.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
+        h.q.ctr = q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64);
+        h.q.qpn = qpn_;
+        h.q.sq_log_bb = log2u(sq_bbs_);
+        h.q.rq_log_cnt = log2u(rq_cnt_);
+        h.q.rq_log_stride = log2u(rq_stride_);
+        h.q.max_inline = opts_.max_inline;
+        h.q.max_send_sge = opts_.max_send_sge;
+        h.q.max_recv_sge = opts_.max_recv_sge;
+        h.q.sys = device_ ? 0 : 1;
+        h.q.host_reachable = device_ ? 0 : 1;
         h.scq = scq_->handle();
         h.rcq = rcq_->handle();
-        h.qpn = qpn_;
-        h.sq_log_bb = log2u(sq_bbs_);
-        h.rq_log_cnt = log2u(rq_cnt_);
-        h.rq_log_stride = log2u(rq_stride_);
-        h.max_inline = opts_.max_inline;
-        h.max_send_sge = opts_.max_send_sge;
-        h.max_recv_sge = opts_.max_recv_sge;
-        h.sys = device_ ? 0 : 1;
-        h.backend = BackendKind::Soft;
+        h.backend = Backend::Soft;
+        h.soft.ctx = s_.at<soft::QpContext>(0);
+        if (dev_->on_gpu()) {
+            h.soft.host_doorbell = cuda::soft_doorbell_fn();
+            h.soft.host_arg = h.soft.ctx;
+        }
         return h;
     }
 
+    void drive() override { soft::drive(handle()); }
+
     QpState state() const override {
-        return QpState(dev_->read_val<uint32_t>(s_, offsetof(soft::QpState, state)));
+        return QpState(dev_->read_val<uint32_t>(s_, offsetof(soft::QpContext, state)));
     }
     uint8_t error_syndrome() const override {
-        return uint8_t(dev_->read_val<uint32_t>(s_, offsetof(soft::QpState, syndrome)));
+        return uint8_t(dev_->read_val<uint32_t>(s_, offsetof(soft::QpContext, syndrome)));
     }
 
     void to_init(const InitAttr& a) override {
@@ -246,8 +251,8 @@ public:
                    "InitAttr::access " + hex(a.access) + " has unknown bits: expected kLocalWrite, "
                    "kRemoteWrite, kRemoteRead, kRemoteAtomic");
         GV_REQUIRE(a.port == 1, "port " + std::to_string(a.port) + ": the software device has port 1 only");
-        set(offsetof(soft::QpState, access), a.access);
-        set(offsetof(soft::QpState, state), uint32_t(soft::kInit));
+        set(offsetof(soft::QpContext, access), a.access);
+        set(offsetof(soft::QpContext, state), uint32_t(QpState::Init));
     }
 
     void to_rtr(const RtrAttr& a) override {
@@ -260,22 +265,24 @@ public:
                                               " out of range: expected 0 .. 31");
         GV_REQUIRE(a.max_dest_rd_atomic <= 16, "max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) +
                                                    " out of range: expected 0 .. 16");
-        const SoftLocator& loc = a.remote_soft;
+        const std::string bad = soft::check_extra(a.remote_extra);
+        GV_REQUIRE(bad.empty(), "RtrAttr::remote_extra is not a software-device endpoint part: " + bad);
+        const soft::Locator loc = soft::decode(a.remote_extra);
         const bool foreign = loc.pid != 0 && loc.pid != dev_->pid();
         if (foreign) {
             connect_foreign(a.remote_qpn, loc);
         } else {
-            soft::QpState* peer = dev_->qp_find(a.remote_qpn);
+            soft::QpContext* peer = dev_->qp_find(a.remote_qpn);
             GV_REQUIRE(peer != nullptr, "remote QP " + hex(a.remote_qpn) + " does not exist on software device " +
                                             dev_->name() + " (peers must be on the same device: same process "
                                             "and the same ContextOptions::gpu)");
-            set(offsetof(soft::QpState, remote), peer);
-            set(offsetof(soft::QpState, remote_mrs), dev_->mr_table());
+            set(offsetof(soft::QpContext, remote), peer);
+            set(offsetof(soft::QpContext, remote_mrs), dev_->mr_table());
             dev_->qp_link(qpn_, a.remote_qpn);
         }
-        set(offsetof(soft::QpState, remote_qpn), a.remote_qpn);
-        set(offsetof(soft::QpState, min_rnr_timer), a.min_rnr_timer);
-        set(offsetof(soft::QpState, state), uint32_t(soft::kRtr));
+        set(offsetof(soft::QpContext, remote_qpn), a.remote_qpn);
+        set(offsetof(soft::QpContext, min_rnr_timer), a.min_rnr_timer);
+        set(offsetof(soft::QpContext, state), uint32_t(QpState::Rtr));
         if (foreign) watch_peer(loc.pid);
     }
 
@@ -288,32 +295,32 @@ public:
                                          " out of range: expected 0 .. 7 (7 = forever)");
         GV_REQUIRE(a.max_rd_atomic <= 16,
                    "max_rd_atomic " + std::to_string(a.max_rd_atomic) + " out of range: expected 0 .. 16");
-        set(offsetof(soft::QpState, rnr_retry), a.rnr_retry);
-        set(offsetof(soft::QpState, state), uint32_t(soft::kRts));
-        kick(0);  // WQEs posted before RTS run now
+        set(offsetof(soft::QpContext, rnr_retry), a.rnr_retry);
+        set(offsetof(soft::QpContext, state), uint32_t(QpState::Rts));
+        kick(dev::HostDoorbell::SendQueue);  // WQEs posted before RTS run now
     }
 
     void to_error() override {
-        set(offsetof(soft::QpState, state), uint32_t(soft::kErr));
-        kick(2);
+        set(offsetof(soft::QpContext, state), uint32_t(QpState::Error));
+        kick(dev::HostDoorbell::Flush);
     }
 
     void reset() override {
         PeerWatch::instance().cancel(watch_id_);
         watch_id_ = 0;
-        set(offsetof(soft::QpState, state), uint32_t(soft::kReset));
+        set(offsetof(soft::QpContext, state), uint32_t(QpState::Reset));
         scq_->clean(qpn_);
         if (rcq_ != scq_) rcq_->clean(qpn_);
         std::vector<uint8_t> zero(q_.bytes, 0);
         dev_->write(q_, 0, zero.data(), zero.size());
-        set(offsetof(soft::QpState, sq_ci), 0ull);
-        set(offsetof(soft::QpState, rq_ci), 0ull);
-        set(offsetof(soft::QpState, lock), 0u);
-        set(offsetof(soft::QpState, syndrome), 0u);
-        set(offsetof(soft::QpState, rnr_waiting), 0u);
-        set(offsetof(soft::QpState, rnr_count), 0u);
-        set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
-        set(offsetof(soft::QpState, remote_mrs), dev_->mr_table());
+        set(offsetof(soft::QpContext, sq_ci), 0ull);
+        set(offsetof(soft::QpContext, rq_ci), 0ull);
+        set(offsetof(soft::QpContext, lock), 0u);
+        set(offsetof(soft::QpContext, syndrome), 0u);
+        set(offsetof(soft::QpContext, rnr_waiting), 0u);
+        set(offsetof(soft::QpContext, rnr_count), 0u);
+        set(offsetof(soft::QpContext, remote), static_cast<soft::QpContext*>(nullptr));
+        set(offsetof(soft::QpContext, remote_mrs), dev_->mr_table());
         dev_->qp_link(qpn_, 0);
     }
 
@@ -324,14 +331,14 @@ public:
         e.psn = 0;
         e.mtu = 4096;
         e.device = dev_->name();
-        e.soft = dev_->locator(s_.at<soft::QpState>(0), reachable());
+        e.extra = soft::encode(dev_->locator(s_.at<soft::QpContext>(0), reachable()));
         return e;
     }
 
 private:
     /// RTR against a QP of another process: map its arena here at the same address (once
     /// per arena), then point at its QpState and MR table as for a local peer.
-    void connect_foreign(uint32_t remote_qpn, const SoftLocator& loc) {
+    void connect_foreign(uint32_t remote_qpn, const soft::Locator& loc) {
         const std::string who = "remote QP " + hex(remote_qpn) + " of process " + std::to_string(loc.pid);
         if (loc.arena_size == 0)
             throw NotSupported("cannot connect to " + who +
@@ -346,19 +353,19 @@ private:
                                                   "was full when they were created: raise GV_GPU_ARENA_MB")
                                     : dev_->arena_error()) +
                                ")");
-        GV_REQUIRE(loc.qp_state >= loc.arena_base && loc.arena_size >= sizeof(soft::QpState) &&
-                       loc.qp_state - loc.arena_base <= loc.arena_size - sizeof(soft::QpState) &&
-                       loc.qp_state % alignof(soft::QpState) == 0,
-                   who + ": QP state address " + hex(loc.qp_state) + " lies outside its arena");
+        GV_REQUIRE(loc.qp_context >= loc.arena_base && loc.arena_size >= sizeof(soft::QpContext) &&
+                       loc.qp_context - loc.arena_base <= loc.arena_size - sizeof(soft::QpContext) &&
+                       loc.qp_context % alignof(soft::QpContext) == 0,
+                   who + ": QP state address " + hex(loc.qp_context) + " lies outside its arena");
         if (dev_->on_gpu()) import_gpu_arena(dev_->gpu(), loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
         else import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
-        auto* peer = reinterpret_cast<soft::QpState*>(loc.qp_state);
+        auto* peer = reinterpret_cast<soft::QpContext*>(loc.qp_context);
         // The peer wrote its QpState before it sent the endpoint; the socket round trip that
         // brought the endpoint here orders those stores before these loads.
-        soft::QpState ps{};
+        soft::QpContext ps{};
         if (dev_->on_gpu()) cuda::copy_from_device(&ps, peer, sizeof ps);
         else std::memcpy(&ps, peer, sizeof ps);
-        GV_REQUIRE(ps.qpn == remote_qpn, who + ": its arena holds QP " + hex(ps.qpn) + " at " + hex(loc.qp_state) +
+        GV_REQUIRE(ps.qpn == remote_qpn, who + ": its arena holds QP " + hex(ps.qpn) + " at " + hex(loc.qp_context) +
                                              " (the QP was destroyed, or the endpoint is stale)");
         soft::MrTable mrs = ps.local_mrs;
         const uint64_t tab = reinterpret_cast<uint64_t>(mrs.entries);
@@ -366,8 +373,8 @@ private:
                        uint64_t(mrs.capacity) * sizeof(soft::MrEntry) <= loc.arena_size &&
                        tab - loc.arena_base <= loc.arena_size - uint64_t(mrs.capacity) * sizeof(soft::MrEntry),
                    who + ": its memory-region table is not in its arena");
-        set(offsetof(soft::QpState, remote_mrs), mrs);
-        set(offsetof(soft::QpState, remote), peer);
+        set(offsetof(soft::QpContext, remote_mrs), mrs);
+        set(offsetof(soft::QpContext, remote), peer);
         dev_->qp_link(qpn_, 0);  // remote_qpn names a QP of the other process, not of this device
     }
 
@@ -382,9 +389,9 @@ private:
             if (dev_->on_gpu()) cuda::set_device(dev_->gpu());
             // ERROR first (executors then flush without reading the peer), then forget the
             // peer: nothing of a dead process is read from here on.
-            set(offsetof(soft::QpState, state), uint32_t(soft::kErr));
-            set(offsetof(soft::QpState, remote), static_cast<soft::QpState*>(nullptr));
-            kick(2);
+            set(offsetof(soft::QpContext, state), uint32_t(QpState::Error));
+            set(offsetof(soft::QpContext, remote), static_cast<soft::QpContext*>(nullptr));
+            kick(dev::HostDoorbell::Flush);
         });
     }
 
@@ -394,13 +401,13 @@ private:
 
     void build(uint32_t pd, const QpOptions& o) {
         q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
-        s_ = dev_->alloc(sizeof(soft::QpState), dev_->on_gpu());
+        s_ = dev_->alloc(sizeof(soft::QpContext), dev_->on_gpu());
         qpn_ = dev_->alloc_qpn();
 
-        soft::QpState st{};
+        soft::QpContext st{};
         st.qpn = qpn_;
         st.pd = pd;
-        st.state = soft::kReset;
+        st.state = uint32_t(QpState::Reset);
         st.sq_log_bb = log2u(sq_bbs_);
         st.rq_log_cnt = log2u(rq_cnt_);
         st.rq_log_stride = log2u(rq_stride_);
@@ -416,25 +423,16 @@ private:
         st.local_mrs = dev_->mr_table();
         st.remote_mrs = dev_->mr_table();
         dev_->write(s_, 0, &st, sizeof st);
-        dev_->qp_add(qpn_, s_.at<soft::QpState>(0), &s_);
-
-        auto h = handle();
-        if (scq_ == rcq_) {
-            scq_->attach_qp(qpn_, h, true, true);
-        } else {
-            scq_->attach_qp(qpn_, h, true, false);
-            rcq_->attach_qp(qpn_, h, false, true);
-        }
+        dev_->qp_add(qpn_, s_.at<soft::QpContext>(0), &s_);
     }
-    /// Undoes build(), also a partial one (detaching from a CQ it never joined is a no-op).
+    /// Undoes build(), also a partial one. The host objects detached the QP from its CQs
+    /// before (backend.hpp's registry).
     void teardown() {
         PeerWatch::instance().cancel(watch_id_);  // the callback touches this object
         watch_id_ = 0;
         if (qpn_) {
             dev_->qp_remove(qpn_);
             try {  // writes and reads CQ memory: fails on a failed CUDA context
-                scq_->detach_qp(qpn_);
-                if (rcq_ != scq_) rcq_->detach_qp(qpn_);
                 scq_->clean(qpn_);
                 if (rcq_ != scq_) rcq_->clean(qpn_);
             } catch (...) {
@@ -458,14 +456,14 @@ private:
                            "any->ERROR / any->RESET");
     }
     /// Runs the executor after a host-side change (CPU threads run it directly; a GPU
-    /// device gets a launch). what: 0 send queue, 2 flush after ERROR.
-    void kick(uint32_t what) {
+    /// device gets a launch).
+    void kick(dev::HostDoorbell what) {
         auto h = handle();
         if (!dev_->on_gpu()) {
-            soft::progress(h.soft, soft::ThreadGroup{});
-            if (what == 2) soft::flush_rq(h.soft);
+            soft::progress(h.soft.ctx, ThreadGroup{});
+            if (what == dev::HostDoorbell::Flush) soft::flush_rq(h.soft.ctx);
         } else {
-            h.host_doorbell(h.host_ctx, what);
+            h.soft.host_doorbell(h.soft.host_arg, what);
         }
     }
 
@@ -533,17 +531,17 @@ public:
             e.sys = 1;
             e.shared = dev_->in_arena(addr, length) ? 1 : 0;
         }
-        info.key = dev_->mr_add(e);
+        info.lkey = info.rkey = dev_->mr_add(e);  // one key serves both on this device
         if (pinned_here) {
             std::lock_guard<std::mutex> lock(mu_);
-            pinned_[info.key] = addr;
+            pinned_[info.lkey] = addr;
         }
         return info;
     }
-    void mr_deregister(uint32_t key) override {
-        dev_->mr_remove(key);
+    void mr_deregister(const MrInfo& mr) override {
+        dev_->mr_remove(mr.lkey);
         std::lock_guard<std::mutex> lock(mu_);
-        auto it = pinned_.find(key);
+        auto it = pinned_.find(mr.lkey);
         if (it != pinned_.end()) {
             cuda::host_unregister(it->second);
             pinned_.erase(it);

@@ -16,9 +16,10 @@
 #include <unistd.h>
 
 #include "core/backend.hpp"
-#include "core/cuda_rt.hpp"
-#include "gpuverbs/soft/exec.cuh"
+#include "cuda/cuda_rt.hpp"
+#include "gpuverbs/detail/soft/exec.cuh"
 #include "soft/arena.hpp"
+#include "soft/locator.hpp"
 
 namespace gv::detail::softdev {
 
@@ -125,14 +126,14 @@ public:
     }
     /// Where a QP of this device lives, for peers in other processes.
     /// reachable: the QP's state, queues and CQs all lie in the arena.
-    SoftLocator locator(const soft::QpState* qp, bool reachable) const {
-        SoftLocator l;
+    soft::Locator locator(const soft::QpContext* qp, bool reachable) const {
+        soft::Locator l;
         l.pid = pid_;
         if (arena_ && reachable) {
             l.arena_fd = uint32_t(arena_->fd());
             l.arena_base = arena_->base();
             l.arena_size = arena_->size();
-            l.qp_state = reinterpret_cast<uint64_t>(qp);
+            l.qp_context = reinterpret_cast<uint64_t>(qp);
         }
         return l;
     }
@@ -244,16 +245,16 @@ public:
         return q;
     }
     struct QpEntry {
-        soft::QpState* exec;
+        soft::QpContext* exec;
         Mem* state_mem;
         uint32_t remote_qpn;  // whom it points to (0 none)
         uint32_t* remote_set;
     };
-    void qp_add(uint32_t qpn, soft::QpState* exec, Mem* state_mem) {
+    void qp_add(uint32_t qpn, soft::QpContext* exec, Mem* state_mem) {
         std::lock_guard<std::mutex> lock(mu_);
         qps_[qpn] = {exec, state_mem, 0, nullptr};
     }
-    soft::QpState* qp_find(uint32_t qpn) {
+    soft::QpContext* qp_find(uint32_t qpn) {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = qps_.find(qpn);
         return it == qps_.end() ? nullptr : it->second.exec;
@@ -271,9 +272,9 @@ public:
         for (auto& [other, e] : qps_) {
             if (e.remote_qpn != qpn) continue;
             e.remote_qpn = 0;
-            soft::QpState* none = nullptr;
+            soft::QpContext* none = nullptr;
             try {  // called from ~QueuePair: must not throw (see release())
-                write(*e.state_mem, offsetof(soft::QpState, remote), &none, sizeof none);
+                write(*e.state_mem, offsetof(soft::QpContext, remote), &none, sizeof none);
             } catch (...) {
             }
         }

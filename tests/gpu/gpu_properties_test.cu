@@ -1,4 +1,4 @@
-// The properties DESIGN.md requires of where the software device executes on the GPU:
+// The properties docs/execution-model.md requires of where the software device executes on the GPU:
 // RC ordering as a polling responder sees it, the user's cudaDeviceSynchronize keeps
 // returning, and no deadlock when user kernels fill every SM with waiting blocks.
 #include <chrono>

@@ -47,7 +47,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     __shared__ unsigned long long pos;  // thread 0's replay of the positions
     uint32_t next = 0;                  // thread 0: next iteration whose completion is due
     unsigned long long timeouts = 0;
-    if (t == 0) pos = atom::load_acquire(&w.a.ctr->sq_reserved);
+    if (t == 0) pos = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     __syncthreads();
     auto poll_some = [&]() -> uint32_t {  // thread 0
         Completion c[64];
@@ -102,7 +102,7 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
                 last = end;
                 end += wrap_bbs(kind, uint64_t(i) * n + k);
             }
-            DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), end);
+            DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), end);
             pos = end;
             w.expect[i] = (uint32_t(wrap_opcode(kind)) << 16) | uint32_t(uint16_t(last));
         }
@@ -122,16 +122,16 @@ __global__ void wrap_kernel(WrapArgs w, DevErr* err) {
     }
     w.stats[3] = next;
     // Every WQE is retired: fill the ring exactly, then one more bounded post must time out.
-    const uint32_t ring = 1u << w.a.sq_log_bb;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_retired), pos);
+    const uint32_t ring = 1u << w.a.q.sq_log_bb;
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_retired), pos);
     for (uint32_t k = 0; k < ring; ++k) DCHECK_EQ(dev::nop(w.a, k == ring - 1 ? kSignaled : 0u, 0), Status::Ok);
-    const unsigned long long full = atom::load_acquire(&w.a.ctr->sq_reserved);
+    const unsigned long long full = atom::load_acquire(&w.a.q.ctr->sq_reserved);
     DCHECK_EQ(full, pos + ring);
     const uint64_t t1 = atom::now_ns();
     DCHECK_EQ(dev::write(w.a, w.src, 8, w.slkey, w.dst, w.drkey, kSignaled, 1 * kMs), Status::Timeout);
     w.stats[2] = atom::now_ns() - t1;
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_reserved), full);  // nothing reserved
-    DCHECK_EQ(atom::load_acquire(&w.a.ctr->sq_ready), full);
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_reserved), full);  // nothing reserved
+    DCHECK_EQ(atom::load_acquire(&w.a.q.ctr->sq_ready), full);
     DCHECK_EQ(dev::commit(w.a), Status::Ok);
     Completion c;
     DCHECK_EQ(dev::wait_send(w.a, 1, &c, kWait), Status::Ok);
@@ -152,7 +152,7 @@ TEST(GpuVerbsQueue, WrapAndBackpressureOver70kWqes) {
     o.sq_depth = 64;  // 2 WQEBBs per WQE budget (64 inline bytes): a 128-WQEBB ring
     gvtest::Pair p(gvtest::gpu_ctx(), o);
     auto a = p.h(0);
-    ASSERT_EQ(1u << a.sq_log_bb, 128u);
+    ASSERT_EQ(1u << a.q.sq_log_bb, 128u);
     constexpr uint32_t T = kWrapThreads, I = kWrapIters;
     constexpr uint64_t N = uint64_t(T) * I;
     constexpr uint64_t kInit = 5;
@@ -244,7 +244,7 @@ __global__ void error_kernel(ErrArgs e, DevErr* err) {
     const uint32_t t = threadIdx.x, n = blockDim.x;
     if (t == 0) {
         DCHECK_EQ(dev::write(e.a, e.src, kErrLen, e.slkey, e.pre, e.prkey, kSignaled, kWait), Status::Ok);
-        e.pos[0] = atom::load_acquire(&e.a.ctr->sq_reserved);
+        e.pos[0] = atom::load_acquire(&e.a.q.ctr->sq_reserved);
         uint64_t* local = reinterpret_cast<uint64_t*>(e.back + 8);
         Status st;
         if (e.kind == kBadWrite)
@@ -254,7 +254,7 @@ __global__ void error_kernel(ErrArgs e, DevErr* err) {
         else
             st = dev::fetch_add(e.a, local, e.bad_lkey, e.bad_raddr, e.bad_rkey, 5, kSignaled, kWait);
         DCHECK_EQ(st, Status::Ok);  // posting is fine: the device finds the error
-        e.pos[1] = atom::load_acquire(&e.a.ctr->sq_reserved);
+        e.pos[1] = atom::load_acquire(&e.a.q.ctr->sq_reserved);
     }
     __syncthreads();
     // Followers in thread order: WRITEs and READs, one in three signaled.
@@ -493,7 +493,7 @@ TEST(GpuVerbsQueue, SelectiveSignalingOneIn32) {
 }
 
 // =============================================================================================
-// CPU threads and GPU queues (QpHandle's doc): from host code, every posting, commit, poll and
+// CPU threads and GPU queues (host_reachable in handles.hpp): from host code, every posting, commit, poll and
 // wait call on a QP whose queues are GPU memory returns InvalidArgument (poll_cq 0) instead of
 // a host load of GPU memory, a segfault; a QP with host-memory queues on the same GPU
 // context is for CPU threads and still works from the host (the GPU executes).
@@ -502,18 +502,18 @@ TEST(GpuVerbsQueue, SelectiveSignalingOneIn32) {
 TEST(GpuHostCalls, QueuesInGpuMemoryAreRefused) {
     GV_SKIP_WITHOUT_GPU();
     gvtest::Pair dev_q(gvtest::gpu_ctx(), {}, MemoryKind::Device);
-    EXPECT_EQ(dev_q.h(0).queues_on_gpu, 1u);
-    EXPECT_EQ(dev_q.h(0).scq.ring_on_gpu, 1u);
-    EXPECT_EQ(dev_q.scq[0]->device_handle().ring_on_gpu, 1u);
+    EXPECT_EQ(dev_q.h(0).q.host_reachable, 0u);
+    EXPECT_EQ(dev_q.h(0).scq.host_reachable, 0u);
+    EXPECT_EQ(dev_q.scq[0]->device_handle().host_reachable, 0u);
     gvtest::expect_host_calls_refused(dev_q.h(0));
     gvtest::Pair default_q(gvtest::gpu_ctx());  // Default on a GPU context: GPU memory too
-    EXPECT_EQ(default_q.h(0).queues_on_gpu, 1u);
+    EXPECT_EQ(default_q.h(0).q.host_reachable, 0u);
     gvtest::expect_host_calls_refused(default_q.h(0));
 
     gvtest::Pair host_q(gvtest::gpu_ctx(), {}, MemoryKind::Host);
     const dev::QpHandle h = host_q.h(0);
-    EXPECT_EQ(h.queues_on_gpu, 0u);
-    EXPECT_EQ(h.scq.ring_on_gpu, 0u);
+    EXPECT_EQ(h.q.host_reachable, 1u);
+    EXPECT_EQ(h.scq.host_reachable, 1u);
     DevBuf src(4096), dst(4096);
     std::vector<uint8_t> hsrc(src.n);
     gvtest::fill_random(hsrc.data(), hsrc.size(), 21);

@@ -69,7 +69,7 @@ void run_scopes() {
 
     // Walk the ring: every WQE at the position its ctrl segment names, back to back.
     const unsigned long long end = counters(a).sq_reserved;
-    auto ring = d2h<uint8_t>(a.sq, size_t(64) << a.sq_log_bb);
+    auto ring = d2h<uint8_t>(a.q.sq, size_t(64) << a.q.sq_log_bb);
     ASSERT_LE(end, ring.size() / 64) << "the ring wrapped: the test cannot read it";
     const uint64_t d0 = addr_of(dst);
     std::vector<uint32_t> order;
@@ -183,7 +183,7 @@ __global__ void weak_kernel(dev::QpHandle a, WeakArgs w, DevErr* err) {
         if (t == 0) {
             dev::SqPosition sp = dev::get_position(a);
             base = sp.pos;
-            DCHECK_EQ(sp.mask, (1u << a.sq_log_bb) - 1);
+            DCHECK_EQ(sp.mask, (1u << a.q.sq_log_bb) - 1);
             stop = sp.free < nw;
             if (stop) dev_fail(err, __LINE__, sp.free, nw);
         }
@@ -235,8 +235,8 @@ __global__ void weak_kernel(dev::QpHandle a, WeakArgs w, DevErr* err) {
             DCHECK_EQ(dev::wait_send(a, 1, &c, kWait), Status::Ok);
             DCHECK_EQ(c.wqe_counter, uint16_t(base + nw - 1));
             DCHECK_EQ(c.wqe_opcode, last_op);
-            DCHECK_EQ(atom::load_acquire(&a.ctr->sq_reserved), base + nw);
-            DCHECK_EQ(atom::load_acquire(&a.ctr->sq_ready), base + nw);
+            DCHECK_EQ(atom::load_acquire(&a.q.ctr->sq_reserved), base + nw);
+            DCHECK_EQ(atom::load_acquire(&a.q.ctr->sq_ready), base + nw);
         }
         __syncthreads();
     }

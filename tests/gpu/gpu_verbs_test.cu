@@ -111,8 +111,8 @@ void run_two_sided(MemoryKind qmem, bool host_posts, int rounds, uint64_t seed) 
         if (host_posts) {
             std::iota(owner.begin(), owner.end(), 0u);
         } else {
-            const size_t stride = size_t(1) << b.rq_log_stride, cnt = size_t(1) << b.rq_log_cnt;
-            auto ring = d2h<uint8_t>(b.rq, cnt * stride);
+            const size_t stride = size_t(1) << b.q.rq_log_stride, cnt = size_t(1) << b.q.rq_log_cnt;
+            auto ring = d2h<uint8_t>(b.q.rq, cnt * stride);
             std::vector<bool> seen(kMsgs, false);
             for (uint32_t k = 0; k < kMsgs; ++k) {
                 const auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(ring.data() + ((rq0 + k) & (cnt - 1)) * stride);
@@ -281,7 +281,7 @@ __global__ void send_too_large_kernel(dev::QpHandle a, dev::QpHandle b, const ui
         DCHECK_EQ(dev::recv(b, rbuf + 4096, 64, rlkey, kWait), Status::Ok);
         DCHECK_EQ(dev::recv(b, rbuf + 4096 + 128, 4096, rlkey, kWait), Status::Ok);  // flushed later
         DCHECK_EQ(dev::write(a, src, 256, slkey, pre, prkey, kSignaled, kWait), Status::Ok);
-        *bad_pos = atom::load_acquire(&a.ctr->sq_reserved);
+        *bad_pos = atom::load_acquire(&a.q.ctr->sq_reserved);
         DCHECK_EQ(dev::send(a, src, 65, slkey, kSignaled, kWait), Status::Ok);
         DCHECK_EQ(dev::write(a, src, 256, slkey, dst + 1024, drkey, 0, kWait), Status::Ok);
         DCHECK_EQ(dev::nop(a, 0, kWait), Status::Ok);  // unsignaled: a flushed WQE completes anyway
@@ -502,13 +502,13 @@ __global__ void inline_kernel(dev::QpHandle a, dev::QpHandle b, uint8_t* pay, ui
         uint32_t got = 0;
         DCHECK_EQ(dev::wait_recv(b, kInlMax + 1, rcqe, kWait, &got), Status::Ok);
         // Too long at thread scope, and a weak inline WQE that does not fit one WQEBB.
-        const unsigned long long before = atom::load_acquire(&a.ctr->sq_reserved);
+        const unsigned long long before = atom::load_acquire(&a.q.ctr->sq_reserved);
         DCHECK_EQ(dev::write_inline(a, mine, kInlMax + 1, dst, rkey, kSignaled, kWait), Status::InvalidArgument);
         DCHECK_EQ(dev::send_inline(a, mine, 1000, kSignaled, kWait), Status::InvalidArgument);
         // 16 (ctrl) + 16 (raddr) + 4 (header) + 29 bytes > 64: does not fit one WQEBB.
         DCHECK_EQ(dev::write_inline_weak(a, before, mine, 29, dst, rkey), Status::InvalidArgument);
-        DCHECK_EQ(atom::load_acquire(&a.ctr->sq_reserved), before);
-        DCHECK_EQ(atom::load_acquire(&a.ctr->sq_ready), before);
+        DCHECK_EQ(atom::load_acquire(&a.q.ctr->sq_reserved), before);
+        DCHECK_EQ(atom::load_acquire(&a.q.ctr->sq_ready), before);
         *sq_end = before;
     }
 }

@@ -96,7 +96,7 @@ std::unique_ptr<DevBuf> upload(const std::vector<T>& v) {
 /// The posting counters of a QP (device or host queue memory).
 dev::QpCounters counters(const dev::QpHandle& h) {
     dev::QpCounters c{};
-    cudaError_t e = cudaMemcpy(&c, h.ctr, sizeof c, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpy(&c, h.q.ctr, sizeof c, cudaMemcpyDefault);
     if (e != cudaSuccess) ADD_FAILURE() << "reading QP counters: " << cudaGetErrorString(e);
     return c;
 }

@@ -62,7 +62,7 @@ TEST(ControlPathQpOptions, DocumentedLimitsAreAccepted) {
     deep.sq_depth = 32768;
     deep.rq_depth = 32768;
     QueuePair d(t.pd, deep);
-    EXPECT_GE(1u << d.device_handle().sq_log_bb, 32768u);
+    EXPECT_GE(1u << d.device_handle().q.sq_log_bb, 32768u);
 }
 
 TEST(ControlPathQpOptions, MaxInlineWriteGoesThrough) {
@@ -456,26 +456,28 @@ TEST(ControlPathHandle, FieldsMatchOptions) {
     o.rq_depth = 50;
     QueuePair q(pd, o);
     dev::QpHandle h = q.device_handle();
-    EXPECT_EQ(h.qpn, q.qpn());
-    EXPECT_EQ(h.max_inline, 200u);
-    EXPECT_EQ(h.max_send_sge, 3u);
-    EXPECT_EQ(h.max_recv_sge, 5u);
-    EXPECT_EQ(h.backend, BackendKind::Soft);
-    EXPECT_EQ(h.sys, 1u);  // host-memory queues on a CPU context
-    EXPECT_EQ(h.soft_on_host, 1u);
-    EXPECT_NE(h.soft, nullptr);
-    EXPECT_NE(h.sq, nullptr);
-    EXPECT_NE(h.rq, nullptr);
-    EXPECT_NE(h.dbrec, nullptr);
-    EXPECT_NE(h.ctr, nullptr);
+    EXPECT_EQ(h.q.qpn, q.qpn());
+    EXPECT_EQ(h.q.max_inline, 200u);
+    EXPECT_EQ(h.q.max_send_sge, 3u);
+    EXPECT_EQ(h.q.max_recv_sge, 5u);
+    EXPECT_EQ(h.backend, Backend::Soft);
+    EXPECT_EQ(h.q.sys, 1u);  // host-memory queues on a CPU context
+    EXPECT_EQ(h.q.host_reachable, 1u);
+    EXPECT_NE(h.soft.ctx, nullptr);
+    EXPECT_EQ(h.soft.host_doorbell, nullptr);  // CPU threads execute this device themselves
+    EXPECT_EQ(h.mlx5.uar, nullptr);
+    EXPECT_NE(h.q.sq, nullptr);
+    EXPECT_NE(h.q.rq, nullptr);
+    EXPECT_NE(h.q.dbrec, nullptr);
+    EXPECT_NE(h.q.ctr, nullptr);
     EXPECT_EQ(h.scq.cqn, scq.cqn());
     EXPECT_EQ(h.rcq.cqn, rcq.cqn());
     EXPECT_EQ(1u << h.scq.log_cnt, scq.depth());
     EXPECT_EQ(1u << h.rcq.log_cnt, rcq.depth());
     // The rings hold the asked depths: inline 200 B needs 2 + 13 ds = 4 WQEBBs per WQE.
-    EXPECT_GE(1u << h.sq_log_bb, 100u * 4u);
-    EXPECT_GE(1u << h.rq_log_cnt, 50u);
-    EXPECT_GE(1u << h.rq_log_stride, 5u * 16u);
+    EXPECT_GE(1u << h.q.sq_log_bb, 100u * 4u);
+    EXPECT_GE(1u << h.q.rq_log_cnt, 50u);
+    EXPECT_GE(1u << h.q.rq_log_stride, 5u * 16u);
     EXPECT_EQ(q.options().max_inline, 200u);
     EXPECT_EQ(q.options().send_cq, &scq);
     // Handles are stable values: two calls agree byte for byte.
@@ -484,6 +486,7 @@ TEST(ControlPathHandle, FieldsMatchOptions) {
     dev::CqHandle ch = scq.device_handle();
     EXPECT_EQ(ch.cqn, scq.cqn());
     EXPECT_EQ(ch.sys, 1u);
+    EXPECT_EQ(ch.host_reachable, 1u);
 }
 
 TEST(ControlPathHandle, ProtectionDomainsAreDistinct) {

@@ -1,5 +1,5 @@
-// Which handles CPU threads may drive (docs: QpHandle in queue_pair_handle.cuh): those whose
-// queues are host memory. A handle whose queues are GPU memory is refused by every host-side
+// Which handles CPU threads may drive (host_reachable in gpuverbs/device/handles.hpp): those
+// whose queues are host memory. A handle whose queues are GPU memory is refused by every host-side
 // posting, commit, poll and wait call (InvalidArgument), without a host load or store of
 // that memory, which would be a segfault. The GPU side of this is GpuHostCalls.* in
 // tests/gpu/gpu_verbs_queue_test.cu (real GPU queues); here the GPU memory is stood in for by
@@ -24,19 +24,19 @@ struct Trap {
 };
 
 /// A CPU QP's handle with its queues (and both CQ rings) moved into the trap, flagged as GPU
-/// memory, as QueuePair::device_handle flags them on a GPU context.
+/// memory (host_reachable 0), as a GPU context's device_handle() flags them.
 dev::QpHandle in_gpu_memory(dev::QpHandle h, const Trap& t) {
-    h.sq = h.rq = t.as<uint8_t>();
-    h.dbrec = t.as<uint32_t>(4096);
-    h.ctr = t.as<dev::QpCounters>(8192);
-    h.queues_on_gpu = 1;
+    h.q.sq = h.q.rq = t.as<uint8_t>();
+    h.q.dbrec = t.as<uint32_t>(4096);
+    h.q.ctr = t.as<dev::QpCounters>(8192);
+    h.q.host_reachable = 0;
     for (dev::CqHandle* cq : {&h.scq, &h.rcq}) {
         cq->cqes = t.as<mlx5_cqe64>(16384);
         cq->dbrec = t.as<uint32_t>(4096);
         cq->ci = t.as<unsigned long long>(12288);
         cq->overrun = t.as<uint32_t>(12296);
         cq->slots = t.as<dev::CqQpSlot>(20480);
-        cq->ring_on_gpu = 1;
+        cq->host_reachable = 0;
     }
     return h;
 }
@@ -47,10 +47,10 @@ dev::QpHandle in_gpu_memory(dev::QpHandle h, const Trap& t) {
 TEST(HostCalls, CpuContextHandlesAreHostMemory) {
     gvtest::Pair p(gvtest::cpu_context());
     const dev::QpHandle h = p.h(0);
-    EXPECT_EQ(h.queues_on_gpu, 0u);
-    EXPECT_EQ(h.scq.ring_on_gpu, 0u);
-    EXPECT_EQ(h.rcq.ring_on_gpu, 0u);
-    EXPECT_EQ(p.scq[0]->device_handle().ring_on_gpu, 0u);
+    EXPECT_EQ(h.q.host_reachable, 1u);
+    EXPECT_EQ(h.scq.host_reachable, 1u);
+    EXPECT_EQ(h.rcq.host_reachable, 1u);
+    EXPECT_EQ(p.scq[0]->device_handle().host_reachable, 1u);
 }
 
 // Every host call on a handle whose queues are "GPU memory" (pages that fault) returns
@@ -74,6 +74,6 @@ TEST(HostCalls, QueuesInGpuMemoryAreRefusedWithoutATouch) {
 // form's get_position and builders, which read through its null pointers).
 TEST(HostCalls, DefaultConstructedHandleIsRefused) {
     dev::QpHandle h{};
-    h.sq_log_bb = 6;
+    h.q.sq_log_bb = 6;
     gvtest::expect_host_calls_refused(h);
 }

@@ -538,9 +538,9 @@ TEST(Mlx5ConformanceWqe, SgeWqesMatchRdmaCoreAtWrappedPositions) {
         TRACE_ITER(i);
         Ring ring(1 + rng.below(6));  // 2..64 WQEBBs: the largest WQE here (6 ds) takes 2
         gv::dev::QpHandle qp{};
-        qp.sq = ring.base;
-        qp.sq_log_bb = ring.log_bb;
-        qp.qpn = rng.u32() & 0xffffff;
+        qp.q.sq = ring.base;
+        qp.q.sq_log_bb = ring.log_bb;
+        qp.q.qpn = rng.u32() & 0xffffff;
         const uint32_t n = (i % 2) ? 3 + rng.below(2) : 1 + rng.below(4);  // odd i: may wrap
         gv::Sge sg[4];
         for (uint32_t s = 0; s < n; ++s)  // some zero-length entries, which are skipped
@@ -553,7 +553,7 @@ TEST(Mlx5ConformanceWqe, SgeWqesMatchRdmaCoreAtWrappedPositions) {
         const std::vector<uint8_t> before(ring.base, ring.base + ring.bytes());
 
         uint32_t ds = gv::dev::build_sge_wqe(qp, pos, op, flags, imm_be, raddr, rkey, sg, n);
-        const auto want = oracle_wqe(pos, op, flags, imm_be, raddr, rkey, sg, n, qp.qpn);
+        const auto want = oracle_wqe(pos, op, flags, imm_be, raddr, rkey, sg, n, qp.q.qpn);
         ASSERT_EQ(ds * 16, want.size()) << "opcode " << int(op);
         ASSERT_EQ(ds, gv::dev::sge_wqe_ds(op, sg, n));
         ASSERT_TRUE(wqe_in_ring(ring, pos, want, before)) << "opcode " << int(op) << " pos " << pos;

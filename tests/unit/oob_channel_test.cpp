@@ -621,7 +621,7 @@ TEST(OobChannel, PeerWithAnotherRecordVersionFailsEarly) {
     Loop l;
     raw_send(l.client.fd(), framed(raw_hello(0, 0, 1, 0, 1)));
     std::string m = remote_error([&] { l.server.exchange(Backend::Soft, {}, {}, 5000); });
-    EXPECT_MSG(m, "bad hello: hello record: record version 1, this build reads version 2");
+    EXPECT_MSG(m, "bad hello: hello record: record version 1, this build reads version 3");
 }
 
 TEST(OobChannel, PeerRecordsMustMatchItsHello) {

@@ -25,14 +25,16 @@ TEST(OobRecord, QpRecordBytesFollowTheDocumentedLayout) {
     e.device = "soft-cpu";
     std::vector<uint8_t> b = QpRecord(e).serialize();
     EXPECT_EQ(b, raw_qp(QpFields{}));
-    ASSERT_EQ(b.size(), 12u + 72u + 4u);
-    // With a locator: pid, fd, arena base and size, QP state at payload offsets 32..63.
-    e.soft = SoftLocator{4242, 17, 0x110000000000ull, 1ull << 30, 0x110000001040ull};
+    ASSERT_EQ(b.size(), 12u + 44u + 4u);
+    // With a locator: pid, fd, arena base and size, QP context at payload offsets 36..67.
+    const gv::detail::soft::Locator l{4242, 17, 0x110000000000ull, 1ull << 30, 0x110000001040ull};
+    e.extra = gv::detail::soft::encode(l);
     QpFields f;
+    f.loc = true;
     f.pid = 4242, f.arena_fd = 17, f.arena_base = 0x110000000000ull, f.arena_size = 1ull << 30;
-    f.qp_state = 0x110000001040ull;
+    f.qp_context = 0x110000001040ull;
     EXPECT_EQ(QpRecord(e).serialize(), raw_qp(f));
-    EXPECT_TRUE(QpRecord::parse(raw_qp(f)).endpoint.soft == e.soft);
+    EXPECT_TRUE(gv::detail::soft::decode(QpRecord::parse(raw_qp(f)).endpoint.extra) == l);
     EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "GVQP");
 }
 
@@ -91,14 +93,14 @@ TEST(OobRecord, WrongMagic) {
 
 TEST(OobRecord, UnsupportedVersionAndWrongType) {
     std::vector<uint8_t> p = qp_payload(QpFields{});
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 1, 1, p)),
-               "record version 1, this build reads version 2");
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 3, 1, p)),
-               "record version 3, this build reads version 2");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 2, 1, p)),
+               "record version 2, this build reads version 3");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 4, 1, p)),
+               "record version 4, this build reads version 3");
     EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, 0, 1, p)),
-               "record version 0, this build reads version 2");
+               "record version 0, this build reads version 3");
     EXPECT_MSG(parse_error<HelloRecord>(raw_hello(1, 1, 1, 0, 7)),
-               "record version 7, this build reads version 2");
+               "record version 7, this build reads version 3");
     EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 2, p)),
                "record type 2 disagrees with its magic (type 1)");
 }
@@ -119,7 +121,7 @@ TEST(OobRecord, TruncatedAtEveryLength) {
     }
     std::vector<uint8_t> b = raw_qp(QpFields{});
     b.pop_back();
-    EXPECT_MSG(parse_error<QpRecord>(b), "record truncated: 87 bytes, header says 88");
+    EXPECT_MSG(parse_error<QpRecord>(b), "record truncated: 59 bytes, header says 60");
     EXPECT_MSG(remote_error([] { QpRecord::parse(nullptr, 0); }),
                "record truncated: 0 bytes, shorter than the 12-byte header");
 }
@@ -127,7 +129,7 @@ TEST(OobRecord, TruncatedAtEveryLength) {
 TEST(OobRecord, OversizedAndTrailingBytes) {
     std::vector<uint8_t> b = raw_qp(QpFields{});
     b.push_back(0);
-    EXPECT_MSG(parse_error<QpRecord>(b), "record oversized: 89 bytes, header says 88 (1 trailing bytes)");
+    EXPECT_MSG(parse_error<QpRecord>(b), "record oversized: 61 bytes, header says 60 (1 trailing bytes)");
     std::vector<uint8_t> two = raw_memory(0x1000, 64, 1, kRemoteRead);
     std::vector<uint8_t> second = two;
     two.insert(two.end(), second.begin(), second.end());
@@ -135,8 +137,8 @@ TEST(OobRecord, OversizedAndTrailingBytes) {
     // Payload lengths outside what the type allows.
     EXPECT_MSG(parse_error<MemoryRecord>(raw_record(kMemoryRecordMagic, kRecordVersion, 2, std::vector<uint8_t>(25))),
                "payload length 25 out of range (24 bytes)");
-    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, std::vector<uint8_t>(129))),
-               "payload length 129 out of range (64..128 bytes)");
+    EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, std::vector<uint8_t>(149))),
+               "payload length 149 out of range (36..148 bytes)");
     EXPECT_MSG(parse_error<QpRecord>(raw_record(kQpRecordMagic, kRecordVersion, 1, {}, true, -1)),
                "payload length 0 out of range");
     // A header claiming 4 GiB on a short buffer.
@@ -148,7 +150,7 @@ TEST(OobRecord, OversizedAndTrailingBytes) {
 
 TEST(OobRecord, BadChecksum) {
     std::vector<uint8_t> b = raw_qp(QpFields{});
-    b[20] ^= 0x40;  // qpn byte
+    b[16] ^= 0x40;  // qpn byte
     EXPECT_MSG(parse_error<QpRecord>(b), "record checksum mismatch: stored 0x");
     std::vector<uint8_t> c = raw_memory(0x1000, 64, 1, kRemoteRead);
     c.back() ^= 1;
@@ -177,17 +179,29 @@ TEST(OobRecord, QpFieldsOutOfRange) {
                "non-printable byte 0x7f");
     EXPECT_MSG(with([](QpFields& f) { f.name[0] = '\0'; }), "non-printable byte 0x0 at offset 0");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 7; }),
-               "payload length 72 disagrees with the device name length 7 (expected 71)");
+               "payload length 44 disagrees with the lengths it names (36 + 0 backend-specific + 7 name bytes)");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 65, f.name = std::string(64, 'x'); }),
                "device name length 65 exceeds 64");
     EXPECT_MSG(with([](QpFields& f) { f.name_len = 65, f.name = std::string(65, 'x'); }),
-               "payload length 129 out of range");
+               "device name length 65 exceeds 64");
+    EXPECT_MSG(with([](QpFields& f) { f.extra_len = 49; }), "backend-specific part of 49 bytes exceeds 48");
+    EXPECT_MSG(with([](QpFields& f) { f.extra_len = 4; }),
+               "payload length 44 disagrees with the lengths it names (36 + 4 backend-specific + 8 name bytes)");
+    EXPECT_MSG(with([](QpFields& f) { f.reserved = 1; }), "reserved bytes are not zero");
+    EXPECT_MSG(with([](QpFields& f) { f.reserved2 = 1; }), "reserved bytes are not zero");
     // The software-device locator.
     auto loc = [](QpFields& f) {
+        f.loc = true;
         f.pid = 77, f.arena_fd = 5, f.arena_base = 0x110000000000ull, f.arena_size = 1ull << 30;
-        f.qp_state = 0x110000002000ull;
+        f.qp_context = 0x110000002000ull;
     };
-    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 2; }), "a mlx5 endpoint carries a software-device locator");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 2; }),
+               "a mlx5 endpoint carries 32 backend-specific bytes (expected none)");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 3; }),
+               "a verbs endpoint carries 32 backend-specific bytes (expected none)");
+    // The 8 name bytes read as an 8-byte backend-specific part.
+    EXPECT_MSG(with([&](QpFields& f) { f.name_len = 0, f.extra_len = 8; }),
+               "software-device endpoint part of 8 bytes, expected 0 or 32");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 0; }), "software-device locator without a pid");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 4194305; }), "pid 4194305 out of range");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = 0; }),
@@ -197,19 +211,20 @@ TEST(OobRecord, QpFieldsOutOfRange) {
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = 4097; }), "is not page-aligned");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_base = 1ull << 57; }), "is not a user address range");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = ~0ull << 12; }), "is not a user address range");
-    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state = f.arena_base + f.arena_size; }),
-               "QP state address 0x110040000000 is not an aligned address inside the arena");
-    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state = f.arena_base - 8; }), "inside the arena");
-    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_state += 4; }), "inside the arena");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_context = f.arena_base + f.arena_size; }),
+               "QP context address 0x110040000000 is not an aligned address inside the arena");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_context = f.arena_base - 8; }), "inside the arena");
+    EXPECT_MSG(with([&](QpFields& f) { loc(f), f.qp_context += 4; }), "inside the arena");
     // Every field at its limit is accepted.
     QpFields ok;
     ok.qpn = ok.psn = 0xFFFFFF;
     ok.name_len = 64, ok.name = std::string(64, ' ');
     EXPECT_NO_THROW(QpRecord::parse(raw_qp(ok)));
     loc(ok);
-    ok.pid = 4194304, ok.qp_state = ok.arena_base + ok.arena_size - 8;
+    ok.pid = 4194304, ok.qp_context = ok.arena_base + ok.arena_size - 8;
     EXPECT_NO_THROW(QpRecord::parse(raw_qp(ok)));
     QpFields gpu;  // a GPU software device: a pid, no arena
+    gpu.loc = true;
     gpu.pid = 1;
     EXPECT_NO_THROW(QpRecord::parse(raw_qp(gpu)));
 }
@@ -241,9 +256,9 @@ TEST(OobRecord, SerializeRefusesInvalidLocalValues) {
     EXPECT_THROW(QpRecord(e).serialize(), InvalidUsage);
     e.device = "ok";
     EXPECT_NO_THROW(QpRecord(e).serialize());
-    e.soft.arena_size = 4096;  // an arena without a pid
+    e.extra = gv::detail::soft::encode(gv::detail::soft::Locator{0, 0, 0, 4096, 0});  // an arena, no pid
     EXPECT_THROW(QpRecord(e).serialize(), InvalidUsage);
-    e.soft = SoftLocator{};
+    e.extra = EndpointExtra{};
     EXPECT_THROW(MemoryRecord(RemoteBuffer{0x1000, 0, 1, 0}).serialize(), InvalidUsage);
     EXPECT_THROW(MemoryRecord(RemoteBuffer{0x1000, 8, 1, 1u << 4}).serialize(), InvalidUsage);
     EXPECT_THROW((HelloRecord{Backend::Soft, kMaxExchangeRecords + 1, 0}.serialize()), InvalidUsage);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gpuverbs/oob.hpp"
+#include "soft/locator.hpp"
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -45,14 +46,16 @@ QpEndpoint random_endpoint(std::mt19937_64& r) {
     size_t n = r() % (kMaxDeviceName + 1);
     for (size_t i = 0; i < n; ++i) e.device.push_back(char(0x20 + r() % 95));
     if (e.backend == Backend::Soft && r() % 3) {  // a software-device locator, often with an arena
-        e.soft.pid = 1 + uint32_t(r() % 4194304);
+        gv::detail::soft::Locator l;
+        l.pid = 1 + uint32_t(r() % 4194304);
         if (r() % 4) {
-            e.soft.arena_fd = uint32_t(r() & 0x7fffffff);
-            e.soft.arena_base = (r() % (1ull << 44)) << 12;
-            if (!e.soft.arena_base) e.soft.arena_base = 4096;
-            e.soft.arena_size = (1 + r() % (1ull << 20)) << 12;
-            e.soft.qp_state = e.soft.arena_base + ((r() % e.soft.arena_size) & ~7ull);
+            l.arena_fd = uint32_t(r() & 0x7fffffff);
+            l.arena_base = (r() % (1ull << 44)) << 12;
+            if (!l.arena_base) l.arena_base = 4096;
+            l.arena_size = (1 + r() % (1ull << 20)) << 12;
+            l.qp_context = l.arena_base + ((r() % l.arena_size) & ~7ull);
         }
+        e.extra = gv::detail::soft::encode(l);
     }
     return e;
 }
@@ -72,7 +75,7 @@ std::vector<QpEndpoint> make_qps(uint64_t seed, size_t n, Backend backend) {
     for (size_t i = 0; i < n; ++i) {
         v.push_back(random_endpoint(r));
         v.back().backend = backend;
-        if (backend != Backend::Soft) v.back().soft = SoftLocator{};
+        if (backend != Backend::Soft) v.back().extra = EndpointExtra{};
     }
     return v;
 }
@@ -86,7 +89,7 @@ std::vector<RemoteBuffer> make_buffers(uint64_t seed, size_t n) {
 
 bool same(const QpEndpoint& a, const QpEndpoint& b) {
     return a.backend == b.backend && a.qpn == b.qpn && a.psn == b.psn && a.lid == b.lid && a.gid == b.gid &&
-           a.mtu == b.mtu && a.device == b.device && a.soft == b.soft;
+           a.mtu == b.mtu && a.device == b.device && a.extra == b.extra;
 }
 bool same(const RemoteBuffer& a, const RemoteBuffer& b) {
     return a.addr == b.addr && a.length == b.length && a.rkey == b.rkey && a.access == b.access;
@@ -117,28 +120,37 @@ std::vector<uint8_t> raw_record(uint32_t magic, uint16_t version, uint16_t type,
     return b;
 }
 
+/// A QP record's payload fields (oob.hpp's layout); `loc` adds the 32-byte software-device
+/// locator as the backend-specific part.
 struct QpFields {
-    uint8_t backend = 1, name_len = 8;
-    uint16_t lid = 0x1234;
+    uint8_t backend = 1, name_len = 8, reserved = 0;
+    int extra_len = -1;  ///< -1: the length of what follows (0, or 32 with loc)
+    uint16_t lid = 0x1234, reserved2 = 0;
     uint32_t qpn = 0xabcdef, psn = 0x123456, mtu = 1024;
     std::string name = "soft-cpu";
+    bool loc = false;
     uint32_t pid = 0, arena_fd = 0;
-    uint64_t arena_base = 0, arena_size = 0, qp_state = 0;
+    uint64_t arena_base = 0, arena_size = 0, qp_context = 0;
 };
 std::vector<uint8_t> qp_payload(const QpFields& f) {
     std::vector<uint8_t> p;
     p.push_back(f.backend);
     p.push_back(f.name_len);
-    put16(p, f.lid);
+    p.push_back(uint8_t(f.extra_len >= 0 ? f.extra_len : f.loc ? 32 : 0));
+    p.push_back(f.reserved);
     put32(p, f.qpn);
     put32(p, f.psn);
     put32(p, f.mtu);
+    put16(p, f.lid);
+    put16(p, f.reserved2);
     for (int i = 0; i < 16; ++i) p.push_back(uint8_t(i));
-    put32(p, f.pid);
-    put32(p, f.arena_fd);
-    put64(p, f.arena_base);
-    put64(p, f.arena_size);
-    put64(p, f.qp_state);
+    if (f.loc) {
+        put32(p, f.pid);
+        put32(p, f.arena_fd);
+        put64(p, f.arena_base);
+        put64(p, f.arena_size);
+        put64(p, f.qp_context);
+    }
     p.insert(p.end(), f.name.begin(), f.name.end());
     return p;
 }

@@ -422,10 +422,10 @@ TEST(SoftDevice, LateRetireOfOlderCompletionIsHarmless) {
     ASSERT_EQ(dev::commit(a), Status::Ok);
     Completion c[4];
     wait_ok(a, 4, c);
-    ASSERT_EQ(__atomic_load_n(&a.ctr->sq_retired, __ATOMIC_ACQUIRE), 4u);
+    ASSERT_EQ(__atomic_load_n(&a.q.ctr->sq_retired, __ATOMIC_ACQUIRE), 4u);
     // A second poller that claimed c[1] before c[3] was retired retires it now, late.
     dev::cq_retire(a.scq, c[1]);
-    EXPECT_EQ(__atomic_load_n(&a.ctr->sq_retired, __ATOMIC_ACQUIRE), 4u);
+    EXPECT_EQ(__atomic_load_n(&a.q.ctr->sq_retired, __ATOMIC_ACQUIRE), 4u);
     // The same for receive slots.
     auto b = p.h(1);
     for (int i = 0; i < 4; ++i) ASSERT_EQ(dev::recv(b, nullptr, 0, 0), Status::Ok);
@@ -433,9 +433,9 @@ TEST(SoftDevice, LateRetireOfOlderCompletionIsHarmless) {
     ASSERT_EQ(dev::commit(a), Status::Ok);
     wait_ok(a, 4);
     ASSERT_EQ(dev::wait_recv(b, 4, c, kTimeout), Status::Ok);
-    ASSERT_EQ(__atomic_load_n(&b.ctr->rq_retired, __ATOMIC_ACQUIRE), 4u);
+    ASSERT_EQ(__atomic_load_n(&b.q.ctr->rq_retired, __ATOMIC_ACQUIRE), 4u);
     dev::cq_retire(b.rcq, c[0]);
-    EXPECT_EQ(__atomic_load_n(&b.ctr->rq_retired, __ATOMIC_ACQUIRE), 4u);
+    EXPECT_EQ(__atomic_load_n(&b.q.ctr->rq_retired, __ATOMIC_ACQUIRE), 4u);
     // And the queue still works.
     ASSERT_EQ(dev::nop(a), Status::Ok);
     ASSERT_EQ(dev::commit(a), Status::Ok);

@@ -85,7 +85,7 @@ TEST(SoftErrors, RnrRetriesExhausted) {
         EXPECT_LT(ms, 2000.0);
         EXPECT_EQ(r.p.qp[0]->state(), QpState::Error);
         // Retries spent on the failed SEND: the first attempt is not a retry.
-        EXPECT_EQ(a.soft->rnr_count, k.retries);
+        EXPECT_EQ(a.soft.ctx->rnr_count, k.retries);
         EXPECT_EQ(gvtest::first_not(r.dst.data(), r.dst.size(), gvtest::kGuard), -1);
     }
 }
@@ -305,7 +305,7 @@ TEST(SoftErrors, PostTimeLimits) {
     EXPECT_EQ(dev::send_inline(a, e.src.data(), 101), Status::InvalidArgument);
     EXPECT_EQ(dev::post_recv(b, s, 3), Status::InvalidArgument);
     EXPECT_EQ(gvtest::sq_pos(a), 0u) << "a refused WQE took queue space";
-    EXPECT_EQ(__atomic_load_n(&b.ctr->rq_reserved, __ATOMIC_ACQUIRE), 0u);
+    EXPECT_EQ(__atomic_load_n(&b.q.ctr->rq_reserved, __ATOMIC_ACQUIRE), 0u);
     // The limits themselves are fine, and the QP is unharmed.
     ASSERT_EQ(dev::post_recv(b, s, 2), Status::Ok);
     ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, s, 3, e.dst.addr(0), e.dst.rkey(), 0, kSignaled),
@@ -364,7 +364,7 @@ TEST(SoftErrors, BoundedWaitsTimeOut) {
     }
     {
         SCOPED_TRACE("post to a full send queue (its completions never polled)");
-        unsigned long long ring = 1ull << a.sq_log_bb;
+        unsigned long long ring = 1ull << a.q.sq_log_bb;
         for (unsigned long long i = 0; i < ring; ++i) ASSERT_EQ(dev::nop(a, kSignaled, 50 * kMs), Status::Ok);
         ASSERT_EQ(dev::commit(a), Status::Ok);
         auto t0 = std::chrono::steady_clock::now();

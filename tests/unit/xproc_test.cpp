@@ -21,10 +21,16 @@
 #include "gpuverbs/oob.hpp"
 #include "peer_util.hpp"
 #include "proc_util.hpp"
+#include "soft/locator.hpp"
 #include "test_util.hpp"
 
 using namespace gv;
 using namespace gv::oob;
+
+namespace {
+/// The software device's locator an endpoint carries (empty: pid 0).
+gv::detail::soft::Locator locator(const QpEndpoint& e) { return gv::detail::soft::decode(e.extra); }
+}  // namespace
 
 namespace {
 
@@ -87,7 +93,7 @@ TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
             mmsg(s.pd, msg.data(), kMsg, kLocalWrite), mold(s.pd, &old, 8, kLocalWrite);
         Exchanged got = ch.exchange(Backend::Soft, {s.qp.endpoint()}, {}, kMs);
         XCHECK(got.qps.size() == 1 && got.buffers.size() == 4, "exchange sizes");
-        XCHECK(got.qps[0].soft.pid == uint32_t(getppid()), "the parent's locator names the parent");
+        XCHECK(locator(got.qps[0]).pid == uint32_t(getppid()), "the parent's locator names the parent");
         s.qp.connect(got.qps[0]);
         barrier(ch, 1);
         const RemoteBuffer &target = got.buffers[0], &source = got.buffers[1], &counter = got.buffers[2],
@@ -138,7 +144,7 @@ TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
         Exchanged got = ch.exchange(Backend::Soft, {s.qp.endpoint()},
                                     {mt.remote(), ms.remote(), mc.remote(), mp.remote()}, kMs);
         ASSERT_EQ(got.qps.size(), 1u);
-        EXPECT_EQ(got.qps[0].soft.pid, uint32_t(child));
+        EXPECT_EQ(locator(got.qps[0]).pid, uint32_t(child));
         s.qp.connect(got.qps[0]);
         barrier(ch, 1);
         // The SEND lands in the posted receive: poll from the host.
@@ -292,10 +298,12 @@ TEST(CrossProcess, ConnectErrorsAreClear) {
     pid_t gone = spawn([] { return 0; });
     expect_exit_ok(wait_child(gone));
     QpEndpoint e = s.qp.endpoint();
-    ASSERT_EQ(e.soft.pid, uint32_t(getpid()));
-    e.soft.pid = uint32_t(gone);
-    e.soft.arena_base += 4ull << 40;  // not our own arena's range
-    e.soft.qp_state += 4ull << 40;
+    gv::detail::soft::Locator l = locator(e);
+    ASSERT_EQ(l.pid, uint32_t(getpid()));
+    l.pid = uint32_t(gone);
+    l.arena_base += 4ull << 40;  // not our own arena's range
+    l.qp_context += 4ull << 40;
+    e.extra = gv::detail::soft::encode(l);
     try {
         s.qp.connect(e);
         ADD_FAILURE() << "connected to a process that exited";
@@ -305,11 +313,11 @@ TEST(CrossProcess, ConnectErrorsAreClear) {
     // A peer QP that cannot be reached from another process (a pid, no arena: e.g. host-memory
     // queues on a GPU device).
     QpEndpoint g = s.qp.endpoint();
-    g.soft = SoftLocator{};
-    g.soft.pid = uint32_t(gone);
+    gv::detail::soft::Locator gl;
+    gl.pid = uint32_t(gone);
     RtrAttr a;
     a.remote_qpn = g.qpn;
-    a.remote_soft = g.soft;
+    a.remote_extra = gv::detail::soft::encode(gl);
     try {
         s.qp.to_rtr(a);
         ADD_FAILURE() << "connected to a peer without an arena";
@@ -337,11 +345,12 @@ TEST(CrossProcess, ConnectErrorsAreClear) {
     {
         Channel ch = lis.accept(kMs);
         QpEndpoint peer = ch.recv_record<QpRecord>(kMs).endpoint;
-        EXPECT_EQ(peer.soft.pid, uint32_t(child));
-        EXPECT_EQ(peer.soft.arena_base % (1ull << 30), 0u);
-        void* blocker = mmap(reinterpret_cast<void*>(peer.soft.arena_base), 4096, PROT_READ,
+        const gv::detail::soft::Locator pl = locator(peer);
+        EXPECT_EQ(pl.pid, uint32_t(child));
+        EXPECT_EQ(pl.arena_base % (1ull << 30), 0u);
+        void* blocker = mmap(reinterpret_cast<void*>(pl.arena_base), 4096, PROT_READ,
                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        ASSERT_EQ(blocker, reinterpret_cast<void*>(peer.soft.arena_base));
+        ASSERT_EQ(blocker, reinterpret_cast<void*>(pl.arena_base));
         try {
             s.qp.connect(peer);
             ADD_FAILURE() << "imported over a taken range";

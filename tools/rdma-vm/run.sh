@@ -1,37 +1,90 @@
 #!/bin/bash
-# (Copied from the workplace's shared tools/rdma-vm so that a fresh clone carries it; see README.md.)
-# Soft-RoCE (rdma_rxe) inside a small qemu/TCG VM, for running real libibverbs code in CI.
+# Soft-RoCE (rdma_rxe) inside a small qemu/TCG VM, for running real libibverbs code (and CI's
+# real-verbs tier, tests/verbs/rdma_vm_test.sh) on machines without an RDMA NIC. README.md.
 #
-#   run.sh setup                 install host packages, fetch+unpack the Debian kernel (not installed
-#                                on the host), build vmlinux + initramfs under $LAB/out   (~15-30 s)
+#   run.sh setup                 deps + image (as root, once per machine)
+#   run.sh deps                  install the host packages (apt, root): qemu-system-x86, busybox-static,
+#                                cpio, kmod, xz-utils, iproute2, ibverbs-providers (+ perftest, ibverbs-utils)
+#   run.sh image                 download and unpack the Debian kernel package (nothing is installed in
+#                                /boot), build vmlinux + initramfs under $LAB/out (~15-30 s; no root needed;
+#                                skipped when already built for this kernel and this script)
 #                                SIW=1: also build siw.ko out of tree (Soft-iWARP, device siw0 on
 #                                dummy1 10.0.1.1; rdma_cm only); needs linux-headers + linux-source (~30 s)
+#   run.sh check                 say what is missing to boot the VM (exit 1 if anything is)
 #   run.sh perftest              boot, create rxe0, run ibv_devices + perftest suite, power off (~1 min)
 #   run.sh exec DIR -- CMD...    boot; in the guest chroot into the host's / (9p, read-only) with DIR
-#                                mounted read-write at the same path, run CMD in DIR; exit with CMD's rc
-#                                Inside: RDMA device rxe0 on dummy0, IPv4 10.0.0.1 (GID index 1).
+#                                mounted read-write at the same path, run CMD in DIR as root; exit with
+#                                CMD's rc. Inside: RDMA device rxe0 on dummy0, IPv4 10.0.0.1 (GID index 1).
 #                                DIR must hold everything the command needs besides the host's / (the
 #                                guest's /tmp and /run are empty tmpfs). rc 125: guest died / timed out.
-# Env: LAB (default $TMPDIR/gpuverbs-rdma-vm), RXE_TIMEOUT (s, default 300), MEM (1G), SMP (2), VERBOSE=1
+# Env: LAB (default $TMPDIR/gpuverbs-rdma-vm), RXE_TIMEOUT (s, default 300), MEM (1G), SMP (2), VERBOSE=1,
+#      QEMU (default qemu-system-x86_64)
 set -euo pipefail
 LAB=${LAB:-${TMPDIR:-/tmp}/gpuverbs-rdma-vm}
 OUT=$LAB/out
-MEM=${MEM:-1G}; SMP=${SMP:-2}; RXE_TIMEOUT=${RXE_TIMEOUT:-300}
+MEM=${MEM:-1G}; SMP=${SMP:-2}; RXE_TIMEOUT=${RXE_TIMEOUT:-300}; QEMU=${QEMU:-qemu-system-x86_64}
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
 
 die() { echo "run.sh: $*" >&2; exit 2; }
 
-setup() {
-  mkdir -p $LAB/debs $OUT
+# Host packages: what boots the VM and builds its initramfs; then what the perftest mode uses.
+DEPS=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 ibverbs-providers)
+DEPS_OPTIONAL=(perftest ibverbs-utils)
+
+deps() {
+  [ "$(id -u)" = 0 ] || die "deps: run as root (apt-get install ${DEPS[*]})"
   export DEBIAN_FRONTEND=noninteractive
   [ -n "$(find /var/lib/apt/lists -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ] || apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends qemu-system-x86 rdma-core ibverbs-utils ibverbs-providers \
-      perftest libibverbs-dev librdmacm-dev iproute2 busybox-static cpio kmod xz-utils time bc >/dev/null
-  # Kernel: download the package linux-image-amd64 points at and unpack it (nothing is installed in /boot)
-  local pkg; pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-  [ -n "$pkg" ] || die "cannot resolve the kernel package"
+  apt-get install -y -q --no-install-recommends "${DEPS[@]}" >/dev/null
+  apt-get install -y -q --no-install-recommends "${DEPS_OPTIONAL[@]}" >/dev/null 2>&1 ||
+    echo "run.sh: warning: ${DEPS_OPTIONAL[*]} not installed (only the perftest mode needs them)" >&2
+}
+
+# missing: what the image build or a boot lacks, one line each (nothing: all there).
+missing() {
+  command -v "$QEMU" >/dev/null || echo "$QEMU (package qemu-system-x86)"
+  [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || echo "/bin/busybox (package busybox-static)"
+  command -v cpio >/dev/null || echo "cpio (package cpio)"
+  [ -x /sbin/depmod ] && [ -x /sbin/modprobe ] || echo "depmod/modprobe (package kmod)"
+  command -v xz >/dev/null || echo "xz (package xz-utils)"
+  [ -x /usr/sbin/ip ] && [ -x /usr/bin/rdma ] || echo "ip and rdma (package iproute2)"
+  compgen -G "/usr/lib/*/libibverbs/librxe-rdmav*.so" >/dev/null || echo "the rxe provider librxe (package ibverbs-providers)"
+  [ -f /etc/libibverbs.d/rxe.driver ] || echo "/etc/libibverbs.d/rxe.driver (package ibverbs-providers)"
+}
+
+check() {
+  local m; m=$(missing)
+  if [ -n "$m" ]; then
+    echo "run.sh: missing to build and boot the VM (as root: tools/rdma-vm/run.sh deps, or scripts/setup.sh):"
+    echo "$m" | sed 's/^/  /'
+    return 1
+  fi
+  [ -f $OUT/vmlinux ] && [ -f $OUT/initramfs.cpio ] || { echo "run.sh: no VM image in $OUT (run.sh image builds it)"; return 1; }
+  echo "run.sh: ready (image in $OUT, kernel $(cat $OUT/kver 2>/dev/null))"
+}
+
+image() {
+  local m; m=$(missing)
+  [ -z "$m" ] || die "cannot build the image, missing: $(echo "$m" | paste -sd ';' -) (as root: $0 deps)"
+  mkdir -p $LAB/debs $OUT
+  # Kernel: the package linux-image-amd64 points at, downloaded and unpacked (nothing is installed)
+  local pkg; pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  [ -n "$pkg" ] || die "cannot resolve the kernel package (apt-cache depends linux-image-amd64 found none: run apt-get update as root)"
   local kv=${pkg#linux-image-}
+  local stamp; stamp="$kv $(sha256sum "$SELF" | cut -c1-16) ${SIW:-}"
+  if [ -f $OUT/vmlinux ] && [ -f $OUT/initramfs.cpio ] && [ "$(cat $OUT/stamp 2>/dev/null)" = "$stamp" ]; then
+    echo "image: up to date in $OUT (kernel $kv)"
+    return 0
+  fi
   if [ ! -f $LAB/kpkg/boot/vmlinuz-$kv ]; then
-    (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1)
+    if ! ls $LAB/debs/${pkg}_*.deb >/dev/null 2>&1 && ! (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1); then
+      # Stale package lists name a kernel the registry no longer has: refresh them once (root).
+      [ "$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 || die "apt-get download $pkg failed (is a Debian package registry reachable? are the package lists current?)"
+      pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+      kv=${pkg#linux-image-}
+      stamp="$kv $(sha256sum "$SELF" | cut -c1-16) ${SIW:-}"
+      (cd $LAB/debs && apt-get download -q "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed after apt-get update"
+    fi
     rm -rf $LAB/kpkg; dpkg-deb -x $LAB/debs/${pkg}_*.deb $LAB/kpkg
     /sbin/depmod -b $LAB/kpkg $kv
   fi
@@ -40,9 +93,12 @@ setup() {
   # Uncompressed ELF vmlinux: qemu boots it via PVH, skipping the ~5 s the xz decompressor takes under TCG
   local off; off=$(grep -abo $'\xfd7zXZ\x00' $LAB/kpkg/boot/vmlinuz-$kv | head -1 | cut -d: -f1)
   tail -c +$((off+1)) $LAB/kpkg/boot/vmlinuz-$kv | xz -dc 2>/dev/null > $OUT/vmlinux || true
-  file $OUT/vmlinux | grep -q ELF || die "vmlinux extraction failed"
+  [ "$(head -c 4 $OUT/vmlinux | od -An -c | tr -d ' ')" = '177ELF' ] || die "vmlinux extraction failed"
   build_initramfs $kv
+  echo "$stamp" > $OUT/stamp
 }
+
+setup() { deps; image; }
 
 build_siw() {  # Debian's kernels have CONFIG_RDMA_SIW unset: build siw.ko out of tree from linux-source
   local kv=$1 src; src=linux-source-${kv%%.*}.$(echo $kv | cut -d. -f2 | cut -d- -f1)
@@ -61,14 +117,14 @@ build_siw() {  # Debian's kernels have CONFIG_RDMA_SIW unset: build siw.ko out o
 build_initramfs() {
   local kv=$1 K=$LAB/kpkg R=$OUT/root
   rm -rf $R; mkdir -p $R/{bin,usr/bin,lib/modules,etc/libibverbs.d,proc,sys,dev,tmp,run,share,host}
-  cp /usr/bin/busybox $R/bin/busybox
-  for a in $(/usr/bin/busybox --list); do [ -e $R/bin/$a ] || ln -s busybox $R/bin/$a; done
+  cp /bin/busybox $R/bin/busybox
+  for a in $(/bin/busybox --list); do [ -e $R/bin/$a ] || ln -s busybox $R/bin/$a; done
   # Modules + dependencies in load order. crc32_generic is not a modules.dep dependency of rdma_rxe,
   # but rxe needs the "crc32" crypto shash (without it: "rdma_rxe: failed to add dummy0", ENOENT).
   : > $R/modules.load
-  local libs="/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+  local libs; libs="$(echo /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so) /usr/lib/x86_64-linux-gnu/libstdc++.so.6"
   local extra=""; [ -f $LAB/siw-src/build/siw.ko ] && extra="libcrc32c crc32c_generic"
-  for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm 9pnet_virtio 9p virtio_pci dummy $extra; do
+  for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm 9pnet_virtio 9p virtio_pci dummy veth virtio_net $extra; do
     /sbin/modprobe -d $K -S $kv --show-depends $m | awk '{print $2}'
   done | awk '!seen[$0]++' | while read -r p; do cp $p $R/lib/modules/; basename $p >> $R/modules.load; done
   if [ -n "$extra" ]; then cp $LAB/siw-src/build/siw.ko $R/lib/modules/; echo siw.ko >> $R/modules.load
@@ -76,7 +132,8 @@ build_initramfs() {
   local bins="/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw
     /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_lat
     /usr/bin/rdma /usr/sbin/ip"
-  for b in $bins; do cp $b $R/usr/bin/; done
+  local have=""   # perftest and ibverbs-utils are optional: only the perftest mode runs them
+  for b in $bins; do [ -x $b ] && { cp $b $R/usr/bin/; have="$have $b"; }; done; bins=$have
   cp /etc/libibverbs.d/rxe.driver $R/etc/libibverbs.d/
   for f in $bins $libs; do ldd $f | awk '/=>/ {print $3} /ld-linux/ {print $1}'; echo $f; done |
     grep '^/' | grep -v '^/usr/s\?bin' | sort -u | while read -r l; do
@@ -163,37 +220,48 @@ echo "@@ perftest failures: $fails"
 EOF
 }
 
+secs_since() { awk -v a="$EPOCHREALTIME" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
+
 qemu_boot() {  # qemu_boot APPEND_EXTRA [qemu args...]; streams the console; returns qemu's rc
   local extra=$1; shift
-  [ -f $OUT/vmlinux ] && [ -f $OUT/initramfs.cpio ] || die "run '$0 setup' first"
-  local t0=$EPOCHREALTIME rc=0
+  [ -f $OUT/vmlinux ] && [ -f $OUT/initramfs.cpio ] || die "no VM image in $OUT: run '$0 image' (or '$0 setup' as root) first"
+  command -v "$QEMU" >/dev/null || die "$QEMU not found (package qemu-system-x86; as root: $0 deps)"
+  local t0=$EPOCHREALTIME rc=0 timecmd=()
+  [ -x /usr/bin/time ] && timecmd=(/usr/bin/time -f "qemu maxrss_kb=%M" -o $OUT/qemu.time)
+  rm -f $OUT/qemu.time
   set +e
   # KVM is not used: this host's /dev/kvm (kvm_pvm) boots a stock kernel only very slowly and then
   # stops with "KVM internal error ... emulation failure"; TCG works.
-  timeout -k 5 $RXE_TIMEOUT /usr/bin/time -f "qemu maxrss_kb=%M" -o $OUT/qemu.time \
-    qemu-system-x86_64 -accel tcg,thread=multi${TCG_OPTS:+,$TCG_OPTS} -cpu max -m $MEM -smp $SMP -nographic -no-reboot \
+  timeout -k 5 $RXE_TIMEOUT "${timecmd[@]}" \
+    "$QEMU" -accel tcg,thread=multi${TCG_OPTS:+,$TCG_OPTS} -cpu max -m $MEM -smp $SMP -nographic -no-reboot \
       -nic none -vga none -kernel $OUT/vmlinux -initrd $OUT/initramfs.cpio \
       -append "console=ttyS0 quiet panic=-1 $extra" "$@" </dev/null 2>&1 |
     while IFS= read -r l; do
       l=${l%$'\r'}
-      if [ -n "${VERBOSE:-}" ]; then printf '%7.2f %s\n' "$(echo "$EPOCHREALTIME - $t0" | bc)" "$l"; else printf '%s\n' "$l"; fi
+      if [ -n "${VERBOSE:-}" ]; then printf '%7s %s\n' "$(secs_since $t0)" "$l"; else printf '%s\n' "$l"; fi
     done
   rc=${PIPESTATUS[0]}
   set -e
-  echo "@@ host: qemu rc=$rc wall=$(echo "$EPOCHREALTIME - $t0" | bc | cut -c1-6)s $(cat $OUT/qemu.time 2>/dev/null | tail -1)"
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || echo "@@ host: qemu killed after RXE_TIMEOUT=${RXE_TIMEOUT}s"
+  echo "@@ host: qemu rc=$rc wall=$(secs_since $t0)s $(cat $OUT/qemu.time 2>/dev/null | tail -1)"
   return $rc
 }
 
 cmd=${1:-}; shift || true
 case $cmd in
   setup) setup ;;
+  deps) deps ;;
+  image) image ;;
+  check) check ;;
   perftest) qemu_boot "" ;;
   exec)
     [ $# -ge 3 ] && [ "$2" = "--" ] || die "usage: $0 exec DIR -- CMD..."
     wd=$(readlink -f "$1"); shift 2
     [ -d "$wd" ] || die "no such dir $wd"
     case "$wd" in *[[:space:]]*) die "DIR must not contain spaces";; esac
+    mkdir -p $LAB
     ctl=$(mktemp -d $LAB/ctl.XXXXXX)
+    trap 'rm -rf "$ctl"' EXIT
     printf '%q ' "$@" > $ctl/cmd
     cat > $ctl/guest-test.sh <<EOF
 #!/bin/sh
@@ -208,7 +276,6 @@ EOF
       -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
       -virtfs local,path=$wd,mount_tag=work,security_model=none || true
     rc=125; [ -s $ctl/rc ] && rc=$(cat $ctl/rc)
-    rm -rf $ctl
     exit $rc ;;
-  *) sed -n '3,15p' "$0"; exit 2 ;;
+  *) sed -n '2,23p' "$0"; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 //
 // Every flag that one agent writes and another polls (WQE publication, doorbell
 // records, CQE owner bytes, executor locks) goes through these helpers, never through
-// plain or `volatile` accesses: DESIGN.md records a kernel that never saw another
+// plain or `volatile` accesses: on an H200 a kernel was seen never to observe another
 // kernel's plain store to a host-mapped flag.
 //
 // `sys` selects system scope (memory that a CPU thread, another process or a NIC also

@@ -1,51 +1,14 @@
-// Device handle of a completion queue, and polling it from kernels or CPU threads.
+// Polling a completion queue from kernels or CPU threads (the handle: device/handles.hpp).
 #pragma once
 
 #include <type_traits>
 
 #include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/device/handles.hpp"
 #include "gpuverbs/device/status.cuh"
 #include "gpuverbs/mlx5/cqe.cuh"
-#include "gpuverbs/soft/state.cuh"
 
 namespace gv::dev {
-
-/// Where a poller reports completed send / receive WQEs, so that posters may reuse their
-/// queue slots (one entry per QP using this CQ, found by QP number).
-struct CqQpSlot {
-    uint32_t qpn;  ///< 0: empty
-    uint32_t sq_log_bb;
-    uint8_t* sq;                       ///< to read a completed WQE's size
-    unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
-    unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
-};
-
-/// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
-struct CqHandle {
-    mlx5_cqe64* cqes;
-    uint32_t* dbrec;
-    unsigned long long* ci;  ///< consumer index shared by every poller
-    CqQpSlot* slots;
-    uint32_t* overrun;       ///< software device: set once completions were lost (else null)
-    uint32_t log_cnt;
-    uint32_t slot_mask;
-    uint32_t sys;            ///< the ring is host memory or a NIC writes it
-    uint32_t cqn;
-    /// The ring is GPU memory: host code must not touch it (set by
-    /// CompletionQueue::device_handle and QueuePair::device_handle).
-    uint32_t ring_on_gpu;
-};
-static_assert(std::is_trivially_copyable_v<CqHandle>);
-
-/// True when the calling thread must not touch cq's ring: a default-constructed handle, or
-/// (host code only) a ring in GPU memory. poll_cq then returns 0, the waits InvalidArgument.
-GV_HOST_DEVICE bool cq_unreachable(const CqHandle& cq) {
-#if GV_DEVICE_CODE
-    return cq.cqes == nullptr || cq.ci == nullptr;
-#else
-    return cq.cqes == nullptr || cq.ci == nullptr || cq.ring_on_gpu != 0;
-#endif
-}
 
 GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
     if (!cq.slots) return nullptr;
@@ -101,9 +64,12 @@ GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
 
 /// Polls up to `max` completions; returns how many were written to `out`. Thread scope;
 /// any number of threads (and CPU threads) may poll one CQ at once, each completion
-/// going to exactly one of them. 0 for a handle the caller must not touch (cq_unreachable).
+/// going to exactly one of them.
 GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
-    if (cq_unreachable(cq)) return 0;  // default-constructed, or GPU memory seen from the host
+    if (cq.cqes == nullptr || cq.ci == nullptr) return 0;  // default-constructed handle
+#if !GV_DEVICE_CODE
+    if (!cq.host_reachable) return 0;  // GPU memory: a CPU thread cannot read the ring
+#endif
     const bool sys = cq.sys != 0;
     const uint32_t mask = (1u << cq.log_cnt) - 1;
     uint32_t n = 0;
@@ -123,9 +89,13 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
     return n;
 }
 
-/// True once the software device lost a completion because this CQ was full.
+/// True once the software device lost a completion because this CQ was full. From a CPU
+/// thread, false for a CQ in GPU memory (unreadable there; kernels see the flag).
 GV_HOST_DEVICE bool cq_overrun(const CqHandle& cq) {
-    return cq.overrun && !cq_unreachable(cq) && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
+#if !GV_DEVICE_CODE
+    if (!cq.host_reachable) return false;  // GPU memory: a CPU thread cannot read the flag
+#endif
+    return cq.overrun && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
 }
 
 }  // namespace gv::dev

@@ -2,6 +2,7 @@
 // executor) and drive. Part of gpuverbs/device/queue_pair_device.cuh.
 #pragma once
 
+#include "gpuverbs/detail/dispatch.cuh"
 #include "gpuverbs/device/qp_weak.cuh"
 
 namespace gv {
@@ -12,67 +13,33 @@ namespace dev {
 /// Moves the send doorbell record forward to `ready`, never backwards when committers
 /// race (16-bit field compared modulo 2^16; rings hold at most 2^15 WQEBBs).
 GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready) {
-    mlx5::advance_dbrec(&qp.dbrec[MLX5_SND_DBR], uint32_t(ready), 16, qp.sys != 0);
+    mlx5::advance_dbrec(&qp.q.dbrec[MLX5_SND_DBR], uint32_t(ready), 16, qp.q.sys != 0);
 }
 
 /// Rings the doorbell for everything published so far. Scope says who calls: one thread,
-/// all active lanes of the warp, or every thread of the block. On the software device the
-/// calling group executes the QP's published WQEs (cooperatively, in order) unless another
-/// group is already doing so, so call commit with the widest scope you have.
-/// Returns QpNotReady before RTS and QpError in ERROR (work then completes flushed).
+/// all active lanes of the warp, or every thread of the block. What happens next depends on
+/// the backend (detail/dispatch.cuh): on the software device the calling group executes the
+/// QP's published WQEs (cooperatively, in order) unless another group is already doing so,
+/// so call commit with the widest scope you have; on mlx5 the NIC's doorbell is rung; on
+/// verbs the proxy thread picks the work up.
+/// Returns QpNotReady before RTS and QpError in ERROR (software device: work then completes
+/// flushed), InvalidArgument for a default-constructed handle or, from a CPU thread, a QP
+/// whose queues are GPU memory.
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status commit(const QpHandle& qp) {
-    if (queues_unreachable(qp)) return Status::InvalidArgument;  // see QpHandle
+    if (qp.q.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
 #if GV_DEVICE_CODE
-    // Every WQE the group published before the call is included.
-    bool lead = true;
-    if constexpr (S == Scope::Warp) {
-        soft::WarpGroup g;
-        g.sync();
-        lead = g.leader();
-    }
-    if constexpr (S == Scope::Block) {
-        soft::BlockGroup g;
-        g.sync();
-        lead = g.leader();
-    }
+    typename detail::ScopeGroup<S>::type g;
 #else
     static_assert(S == Scope::Thread, "CPU threads commit at thread scope");
-    const bool lead = true;
+    if (!qp.q.host_reachable) return Status::InvalidArgument;  // GPU-memory queues
+    detail::ThreadGroup g;
 #endif
-    if (lead) sq_update_dbrec(qp, atom::load_acquire(&qp.ctr->sq_ready, qp.sys != 0));
-    if (qp.backend == BackendKind::Mlx5) {
-        if (lead && qp.uar) {
-            unsigned long long last = atom::load_acquire(&qp.ctr->sq_last, qp.sys != 0);
-            mlx5::ring_uar(qp.uar, reinterpret_cast<const mlx5_wqe_ctrl_seg*>(sq_seg(qp, last, 0)));
-        }
-        return Status::Ok;
-    }
-    if (qp.backend != BackendKind::Soft) return Status::Ok;
-#if !GV_DEVICE_CODE
-    if (!qp.soft_on_host) {
-        qp.host_doorbell(qp.host_ctx, 0);
-        return Status::Ok;
-    }
-#endif
-    uint32_t state;
-#if GV_DEVICE_CODE
-    if constexpr (S == Scope::Warp) {
-        soft::WarpGroup g;
-        soft::progress(qp.soft, g);
-    } else if constexpr (S == Scope::Block) {
-        soft::BlockGroup g;
-        soft::progress(qp.soft, g);
-    } else {
-        soft::progress(qp.soft, soft::ThreadGroup{});
-    }
-#else
-    soft::progress(qp.soft, soft::ThreadGroup{});
-#endif
-    state = atom::load_acquire(&qp.soft->state);
-    if (state == soft::kErr) return Status::QpError;
-    if (state != soft::kRts && state != soft::kSqd) return Status::QpNotReady;
-    return Status::Ok;
+    // Every WQE the group published before the call is included.
+    g.sync();
+    const bool lead = g.leader();
+    if (lead) sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready, qp.q.sys != 0));
+    return detail::ring_send<S>(qp, g, lead);
 }
 
 /// Weak form's publish (see get_position): publishes the n WQEBBs the caller wrote at
@@ -84,7 +51,7 @@ template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
     bool lead = true;
 #if GV_DEVICE_CODE
-    soft::WarpGroup wg;
+    detail::WarpGroup wg;
     if constexpr (S == Scope::Warp) {
         // The warp barrier orders every lane's WQE stores before the leader's release
         // store below (release is cumulative over what the leader observed through it).
@@ -107,7 +74,7 @@ GV_HOST_DEVICE Status commit_weak(const QpHandle& qp, uint32_t n) {
         } else {
             // Relaxed: only the weak form's owner moves sq_reserved now, and it orders
             // nothing (the release store of sq_ready below publishes the WQEs).
-            atom::store_relaxed(&qp.ctr->sq_reserved, p.pos + n, qp.sys != 0);
+            atom::store_relaxed(&qp.q.ctr->sq_reserved, p.pos + n, qp.q.sys != 0);
             // Strong-form WQEs reserved before the caller took the queue are published
             // first, so the published prefix has no hole; the release makes the WQE bytes
             // visible to whoever acquires sq_ready, as commit's doorbell-record update does.

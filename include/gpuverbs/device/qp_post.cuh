@@ -24,7 +24,7 @@ GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos
                            sg[i].lkey, sg[i].addr);
     }
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
-                       0, qp.qpn, fm_ce_se(flags), uint8_t(k), 0, imm_be);
+                       0, qp.q.qpn, fm_ce_se(flags), uint8_t(k), 0, imm_be);
     return k;
 }
 
@@ -42,7 +42,7 @@ template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,
                                uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
                                uint64_t timeout_ns = kWaitForever) {
-    const bool valid = n <= qp.max_send_sge;
+    const bool valid = n <= qp.q.max_send_sge;
     uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;
     Reservation res;
     Status st = sq_reserve_group<S>(qp, bbs, &res, timeout_ns);
@@ -106,7 +106,7 @@ GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
     Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
     if (st == Status::Ok)
         mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
-                           MLX5_OPCODE_NOP, 0, qp.qpn, fm_ce_se(flags), 1, 0, 0);
+                           MLX5_OPCODE_NOP, 0, qp.q.qpn, fm_ce_se(flags), 1, 0, 0);
     sq_publish_group<S>(qp, res);
     return st;
 }
@@ -120,11 +120,11 @@ GV_HOST_DEVICE void build_inline_wqe(const QpHandle& qp, unsigned long long pos,
     if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
     const auto* src = static_cast<const uint8_t*>(data);
-    uint64_t ring = 64ull << qp.sq_log_bb;
+    uint64_t ring = 64ull << qp.q.sq_log_bb;
     uint64_t off = (pos * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
-    for (uint32_t i = 0; i < len; ++i) qp.sq[(off + i) & (ring - 1)] = src[i];
+    for (uint32_t i = 0; i < len; ++i) qp.q.sq[(off + i) & (ring - 1)] = src[i];
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
-                       qp.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
+                       qp.q.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
 }
 
 GV_HOST_DEVICE uint32_t inline_wqe_ds(uint8_t opcode, uint32_t len) {
@@ -139,7 +139,7 @@ GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void
                                   uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
                                   uint64_t timeout_ns = kWaitForever) {
     const uint32_t ds = inline_wqe_ds(opcode, len);
-    const bool valid = len <= qp.max_inline && ds <= mlx5::kMaxDs;
+    const bool valid = len <= qp.q.max_inline && ds <= mlx5::kMaxDs;
     Reservation res;
     Status st = sq_reserve_group<S>(qp, valid ? mlx5::ds_to_bbs(ds) : 0, &res, timeout_ns);
     if (st == Status::Ok && valid) build_inline_wqe(qp, res.pos, opcode, data, len, raddr, rkey, imm, flags, ds);
@@ -169,7 +169,7 @@ GV_HOST_DEVICE void build_atomic_wqe(const QpHandle& qp, unsigned long long pos,
     mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
                        reinterpret_cast<uint64_t>(laddr));
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
-                       qp.qpn, fm_ce_se(flags), 4, 0, 0);
+                       qp.q.qpn, fm_ce_se(flags), 4, 0, 0);
 }
 
 /// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add

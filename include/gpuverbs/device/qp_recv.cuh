@@ -17,36 +17,27 @@ namespace dev {
 /// REMOTE_INVAL_REQ_ERR, and both QPs go to ERROR.
 GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
                                 uint64_t timeout_ns = kWaitForever) {
-    if (queues_unreachable(qp)) return Status::InvalidArgument;  // see QpHandle
-    if (n > qp.max_recv_sge) return Status::InvalidArgument;
-    const unsigned long long ring = 1ull << qp.rq_log_cnt;
+    if (qp.q.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
+#if !GV_DEVICE_CODE
+    if (!qp.q.host_reachable) return Status::InvalidArgument;  // GPU-memory queues
+#endif
+    if (n > qp.q.max_recv_sge) return Status::InvalidArgument;
+    const unsigned long long ring = 1ull << qp.q.rq_log_cnt;
     unsigned long long pos;
-    Status st = ring_reserve(&qp.ctr->rq_reserved, &qp.ctr->rq_retired, 1, ring, qp.sys != 0, timeout_ns, &pos);
+    Status st = ring_reserve(&qp.q.ctr->rq_reserved, &qp.q.ctr->rq_retired, 1, ring, qp.q.sys != 0, timeout_ns, &pos);
     if (st != Status::Ok) return st;
-    auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.rq + ((pos & (ring - 1)) << qp.rq_log_stride));
-    const uint32_t cap = (1u << qp.rq_log_stride) / 16;
+    auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.q.rq + ((pos & (ring - 1)) << qp.q.rq_log_stride));
+    const uint32_t cap = (1u << qp.q.rq_log_stride) / 16;
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; ++i) {
         if (!sg[i].length) continue;
         mlx5::set_data_seg(&ds[k++], sg[i].length, sg[i].lkey, sg[i].addr);
     }
     if (k < cap) mlx5::set_data_seg(&ds[k], 0, MLX5_INVALID_LKEY, 0);  // end of list
-    publish_in_order(&qp.ctr->rq_ready, pos, pos + 1, qp.sys != 0);
+    publish_in_order(&qp.q.ctr->rq_ready, pos, pos + 1, qp.q.sys != 0);
     // Monotonic receive doorbell record, as for the send queue.
-    mlx5::advance_dbrec(&qp.dbrec[MLX5_RCV_DBR], uint32_t(pos + 1), 16, qp.sys != 0);
-    if (qp.backend != BackendKind::Soft) return Status::Ok;
-#if !GV_DEVICE_CODE
-    if (!qp.soft_on_host) {
-        qp.host_doorbell(qp.host_ctx, 1);
-        return Status::Ok;
-    }
-#endif
-    // A receive can unblock a sender waiting under RNR rules, and in ERROR it is flushed.
-    atom::fence_seq_cst();
-    if (atom::load_acquire(&qp.soft->state) == soft::kErr) soft::flush_rq(qp.soft);
-    soft::QpState* peer = qp.soft->remote;
-    if (peer && soft::peer_in_process(qp.soft) && atom::load_acquire(&peer->rnr_waiting))
-        soft::progress(peer, soft::ThreadGroup{});
+    mlx5::advance_dbrec(&qp.q.dbrec[MLX5_RCV_DBR], uint32_t(pos + 1), 16, qp.q.sys != 0);
+    detail::ring_recv(qp);
     return Status::Ok;
 }
 

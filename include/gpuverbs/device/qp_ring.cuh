@@ -2,17 +2,25 @@
 // publication. Part of gpuverbs/device/queue_pair_device.cuh.
 #pragma once
 
-#include "gpuverbs/device/queue_pair_handle.cuh"
+#include "gpuverbs/device/completion_queue_device.cuh"
+#include "gpuverbs/device/spin.cuh"
+#include "gpuverbs/device/status.cuh"
+#include "gpuverbs/mlx5/wqe.cuh"
+
+#if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cooperative_groups/scan.h>
+#endif
 
 namespace gv {
 namespace dev {
 
 // ---- positions ------------------------------------------------------------------------
 
+/// The k-th 16-byte unit of the WQE at WQEBB position pos_bb of the QP's send ring.
 GV_HOST_DEVICE uint8_t* sq_seg(const QpHandle& qp, unsigned long long pos_bb, uint32_t k) {
-    uint64_t ring = 64ull << qp.sq_log_bb;
-    // A WQE that runs past the ring's end continues at its start, as on mlx5.
-    return qp.sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
+    return mlx5::wqe_seg(qp.q.sq, qp.q.sq_log_bb, pos_bb, k);
 }
 
 /// Reserves n entries of a ring whose positions are handed out by *reserved and freed by
@@ -63,7 +71,7 @@ GV_HOST_DEVICE void publish_in_order(unsigned long long* ready, unsigned long lo
 /// must be polled (by anyone) for slots to be freed. On Timeout nothing is reserved.
 GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long long* pos,
                                  uint64_t timeout_ns) {
-    return ring_reserve(&qp.ctr->sq_reserved, &qp.ctr->sq_retired, bbs, 1ull << qp.sq_log_bb, qp.sys != 0,
+    return ring_reserve(&qp.q.ctr->sq_reserved, &qp.q.ctr->sq_retired, bbs, 1ull << qp.q.sq_log_bb, qp.q.sys != 0,
                         timeout_ns, pos);
 }
 
@@ -71,7 +79,7 @@ GV_HOST_DEVICE Status sq_reserve(const QpHandle& qp, uint32_t bbs, unsigned long
 /// last WQE among them (what an mlx5 doorbell carries).
 GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint32_t bbs,
                                unsigned long long last = ~0ull) {
-    publish_in_order(&qp.ctr->sq_ready, pos, pos + bbs, qp.sys != 0, &qp.ctr->sq_last,
+    publish_in_order(&qp.q.ctr->sq_ready, pos, pos + bbs, qp.q.sys != 0, &qp.q.ctr->sq_last,
                      last == ~0ull ? pos : last);
 }
 
@@ -98,7 +106,7 @@ struct Reservation {
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
                                        uint64_t timeout_ns) {
-    if (queues_unreachable(qp)) {  // default-constructed, or GPU queues from the host: uniform
+    if (qp.q.ctr == nullptr) {  // a default-constructed handle: uniform across any group
         *res = Reservation{};
         res->status = Status::InvalidArgument;
         return res->status;
@@ -146,8 +154,8 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
         res->status = Status(blk_st);
         return res->status;
     } else {
-        const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.ctr));
-        auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.ctr));
+        const uint32_t mask = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(qp.q.ctr));
+        auto grp = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(qp.q.ctr));
         uint32_t excl = cg::exclusive_scan(grp, bbs);
         uint32_t total = cg::reduce(grp, bbs, cg::plus<uint32_t>());
         // The last WQE is the one of the highest-ranked member that posts one.
@@ -171,6 +179,11 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
     }
 #else
     static_assert(S == Scope::Thread, "CPU threads post at thread scope");
+    if (!qp.q.host_reachable) {  // GPU-memory queues: a CPU thread cannot touch them
+        *res = Reservation{};
+        res->status = Status::InvalidArgument;
+        return res->status;
+    }
     res->mask = 0;
     res->leader = 0;
     res->total = bbs;

@@ -9,26 +9,21 @@ namespace dev {
 
 // ---- completions ------------------------------------------------------------------------
 
-/// Drives the software device for a waiter: retries a send waiting for a receive (RNR),
-/// flushes a QP in ERROR. Cheap when there is nothing to do.
-GV_HOST_DEVICE void drive(const QpHandle& qp) {
-    if (qp.backend != BackendKind::Soft || qp.soft == nullptr) return;
-#if !GV_DEVICE_CODE
-    if (!qp.soft_on_host) return;
-#endif
-    if (soft::needs_progress(qp.soft)) {
-        soft::progress(qp.soft, soft::ThreadGroup{});
-        if (atom::load_acquire(&qp.soft->state) == soft::kErr) soft::flush_rq(qp.soft);
-    }
-}
+/// Lets the backend make progress for a waiter that found nothing to poll: on the software
+/// device, retries a send waiting for a receive (RNR) and flushes a QP in ERROR. Cheap when
+/// there is nothing to do; a no-op on the other backends.
+GV_HOST_DEVICE void drive(const QpHandle& qp) { detail::drive(qp); }
 
 /// Waits until n completions were polled from cq (into out[0..n) when out is not null),
 /// driving qp meanwhile. Thread scope. Returns Ok, CompletionError (all n were polled and
 /// at least one failed: inspect out), CqOverrun, or Timeout; *polled gets the count.
-/// InvalidArgument for a CQ the caller must not touch (cq_unreachable).
 GV_HOST_DEVICE Status wait_cq(const QpHandle& qp, const CqHandle& cq, uint32_t n, Completion* out,
                               uint64_t timeout_ns = kWaitForever, uint32_t* polled = nullptr) {
-    if (cq_unreachable(cq)) {  // default-constructed, or GPU memory seen from the host
+    bool bad = cq.cqes == nullptr || cq.ci == nullptr;  // default-constructed handle
+#if !GV_DEVICE_CODE
+    bad = bad || !cq.host_reachable;  // GPU memory: CPU threads cannot read the ring
+#endif
+    if (bad) {
         if (polled) *polled = 0;
         return Status::InvalidArgument;
     }
@@ -88,19 +83,7 @@ GV_HOST_DEVICE Status wait_recv(const QpHandle& qp, uint32_t n, Completion* out 
 ///                 There an error shows only as an error completion (the QP is then in ERROR).
 /// Also false for a default-constructed handle, and for a CPU thread holding the handle of a
 /// software device bound to a GPU (its state is GPU memory: ask QueuePair::state()).
-GV_HOST_DEVICE bool qp_in_error(const QpHandle& qp) {
-    if (qp.backend != BackendKind::Soft || qp.soft == nullptr) return false;
-#if !GV_DEVICE_CODE
-    if (!qp.soft_on_host) return false;
-#endif
-    // Acquire, so the cause written before the state (QpState::syndrome: enter_error's CAS
-    // precedes its release store) is seen with it. Device scope, as commit() reads it: on a
-    // GPU device the state is GPU memory, written by executors on that GPU (of this process
-    // or a peer's) or by host copies (to_error, the watcher); a strong load is not served
-    // from a stale L1 line, so a spinning kernel sees the change. On a CPU device it is host
-    // memory and this is a plain CPU acquire load.
-    return atom::load_acquire(&qp.soft->state) == soft::kErr;
-}
+GV_HOST_DEVICE bool qp_in_error(const QpHandle& qp) { return detail::in_error(qp); }
 
 }  // namespace dev
 }  // namespace gv

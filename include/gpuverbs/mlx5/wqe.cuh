@@ -94,6 +94,13 @@ GV_HOST_DEVICE void set_inline_hdr(mlx5_wqe_inl_data_seg* seg, uint32_t length) 
 /// ds count of an inline payload of `len` bytes (4-byte header + payload, 16-byte units).
 GV_HOST_DEVICE uint32_t inline_ds(uint32_t len) { return (4 + len + kDs - 1) / kDs; }
 
+/// Address of the k-th 16-byte unit of the WQE at WQEBB position `pos_bb` in a send ring of
+/// 2^log_bb WQEBBs. A WQE that runs past the ring's end continues at its start, as on mlx5.
+GV_HOST_DEVICE uint8_t* wqe_seg(uint8_t* ring, uint32_t log_bb, unsigned long long pos_bb, uint32_t k) {
+    const uint64_t bytes = uint64_t(kWqeBb) << log_bb;
+    return ring + ((pos_bb * kWqeBb + uint64_t(k) * kDs) & (bytes - 1));
+}
+
 /// WQEBBs a WQE of `ds` 16-byte units occupies.
 GV_HOST_DEVICE uint32_t ds_to_bbs(uint32_t ds) { return (ds * kDs + kWqeBb - 1) / kWqeBb; }
 

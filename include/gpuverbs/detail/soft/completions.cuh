@@ -4,9 +4,9 @@
 
 #include "gpuverbs/mlx5/cqe.cuh"
 #include "gpuverbs/mlx5/wqe.cuh"
-#include "gpuverbs/soft/mr_check.cuh"
+#include "gpuverbs/detail/soft/mr_check.cuh"
 
-namespace gv::soft {
+namespace gv::detail::soft {
 
 // ---- completions --------------------------------------------------------------------
 
@@ -65,18 +65,18 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const CqeFields& f) {
 
 // ---- receive queue ------------------------------------------------------------------
 
-GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const QpState* q, unsigned long long idx) {
+GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const QpContext* q, unsigned long long idx) {
     uint64_t mask = (1ull << q->rq_log_cnt) - 1;
     return reinterpret_cast<const mlx5_wqe_data_seg*>(q->rq + ((idx & mask) << q->rq_log_stride));
 }
 
 /// Posted but unconsumed receive WQEs (the producer index is 16 bits in the dbrec).
-GV_HOST_DEVICE uint32_t rq_pending(const QpState* q, unsigned long long ci) {
+GV_HOST_DEVICE uint32_t rq_pending(const QpContext* q, unsigned long long ci) {
     return (mlx5::read_rq_dbrec(q->dbrec, q->sys != 0) - uint32_t(ci)) & 0xffff;
 }
 
 /// Completes every posted receive of a QP in ERROR with WR_FLUSH_ERR.
-GV_HOST_DEVICE void flush_rq(QpState* q) {
+GV_HOST_DEVICE void flush_rq(QpContext* q) {
     for (;;) {
         unsigned long long c = atom::load_acquire(&q->rq_ci);
         if (rq_pending(q, c) == 0) return;
@@ -90,11 +90,11 @@ GV_HOST_DEVICE void flush_rq(QpState* q) {
     }
 }
 
-GV_HOST_DEVICE void enter_error(QpState* q, uint32_t syndrome) {
+GV_HOST_DEVICE void enter_error(QpContext* q, uint32_t syndrome) {
     uint32_t expect = 0;
     atom::cas(&q->syndrome, expect, syndrome);
-    atom::store_release(&q->state, uint32_t(kErr));
+    atom::store_release(&q->state, uint32_t(QpState::Error));
     flush_rq(q);
 }
 
-}  // namespace gv::soft
+}  // namespace gv::detail::soft

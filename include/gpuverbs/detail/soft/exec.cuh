@@ -11,9 +11,9 @@
 // (memory-region checks, the leader's caches), completions.cuh (CQEs, receive queue, flush).
 #pragma once
 
-#include "gpuverbs/soft/completions.cuh"
+#include "gpuverbs/detail/soft/completions.cuh"
 
-namespace gv::soft {
+namespace gv::detail::soft {
 
 // ---- the send-queue executor --------------------------------------------------------
 
@@ -23,14 +23,13 @@ enum Action : uint32_t {
     kRnrWait = 2,  ///< the WQE at sq_ci waits for a receive on the peer
 };
 
-GV_HOST_DEVICE uint8_t* sq_seg(const QpState* q, unsigned long long pos_bb, uint32_t k) {
-    uint64_t ring = 64ull << q->sq_log_bb;
-    return q->sq + ((pos_bb * 64 + uint64_t(k) * 16) & (ring - 1));
+GV_HOST_DEVICE uint8_t* sq_seg(const QpContext* q, unsigned long long pos_bb, uint32_t k) {
+    return mlx5::wqe_seg(q->sq, q->sq_log_bb, pos_bb, k);
 }
 
 
 /// Validates the WQE at sq_ci and plans its data movement. Leader only.
-GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
+GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     Outcome o{};
     p.nseg = 0;
     p.sys = 0;
@@ -44,15 +43,14 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
         lc.pending = (pi - uint32_t(ci)) & 0xffff;
         if (lc.pending == 0) return kStop;
-        lc.state = atom::load_relaxed(&q->state);
+        lc.state = load_state_relaxed(q);
         // In ERROR every WQE flushes without the peer: a peer process that died is not read.
-        lc.r = (lc.state == kRts || lc.state == kSqd) ? q->remote : nullptr;
-        uint32_t rstate = lc.r ? atom::load_relaxed(&lc.r->state) : 0u;
-        lc.peer_ok = lc.r && lc.r->remote == q && (rstate == kRtr || rstate == kRts || rstate == kSqd);
+        lc.r = sends_allowed(lc.state) ? q->remote : nullptr;
+        lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r));
     }
     const uint32_t pending = lc.pending;
-    const uint32_t state = lc.state;
-    if (state != kRts && state != kSqd && state != kErr && state != kSqe) {
+    const QpState state = lc.state;
+    if (!sends_allowed(state) && !in_error(state)) {
         lc.pending = 0;
         return kStop;
     }
@@ -84,7 +82,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
         o.bbs = 1;
         return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
     }
-    if (state == kErr || state == kSqe) {
+    if (in_error(state)) {
         q->rnr_waiting = 0;  // a send that waited for a receive is flushed like the rest
         return fail(MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
     }
@@ -102,7 +100,7 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
     if (!rdma && !send) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
 
     // Remote end: a QP of ours connected back to this one, ready to receive.
-    QpState* r = lc.r;
+    QpContext* r = lc.r;
     if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
 
     uint32_t k = 1;  // next 16-byte unit
@@ -290,8 +288,8 @@ GV_HOST_DEVICE uint32_t prepare(QpState* q, LeaderCache& lc, Plan& p) {
 }
 
 /// Completes the WQE prepare() planned, after the group copied its data. Leader only.
-GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc, const Outcome& o) {
-    QpState* r = lc.r;
+GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
+    QpContext* r = lc.r;
     bool ok = true;
     if (o.resp_kind && r) {
         CqeFields f{};
@@ -334,7 +332,7 @@ GV_HOST_DEVICE void finish(QpState* q, LeaderCache& lc, const Outcome& o) {
         enter_error(q, o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR
                            ? uint32_t(o.req_syndrome)
                            : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.state = kErr;
+        lc.state = QpState::Error;
     }
 }
 
@@ -346,7 +344,7 @@ inline constexpr uint64_t kLeaderBytes = 128;
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
 /// the whole group through q->plan.
 template <typename G>
-GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
+GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
     LeaderCache lc;  // meaningful in the leader only
     for (;;) {
         if (g.leader()) {
@@ -396,19 +394,19 @@ GV_HOST_DEVICE uint32_t drain(QpState* q, const G& g) {
 
 /// True when the QP has published WQEs that an executor could run now. Relaxed loads: the
 /// caller has just issued a full fence.
-GV_HOST_DEVICE bool has_work(const QpState* q) {
+GV_HOST_DEVICE bool has_work(const QpContext* q) {
     uint32_t pi = mlx5::from_be32(atom::load_relaxed(&q->dbrec[MLX5_SND_DBR], q->sys != 0)) & 0xffff;
     unsigned long long ci = atom::load_relaxed(&q->sq_ci);
     if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
-    uint32_t s = atom::load_relaxed(&q->state);
-    if (s != kRts && s != kSqd && s != kErr && s != kSqe) return false;
+    QpState s = load_state_relaxed(q);
+    if (!sends_allowed(s) && !in_error(s)) return false;
     return !atom::load_relaxed(&q->rnr_waiting) || atom::now_ns() >= q->rnr_deadline;
 }
 
 /// Runs a QP's published work if no other group is running it. Called by every thread of
 /// the group after the doorbell record was updated.
 template <typename G>
-GV_HOST_DEVICE void progress(QpState* q, const G& g) {
+GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     for (;;) {
         uint32_t got = 0;
         if (g.leader()) {
@@ -433,13 +431,12 @@ GV_HOST_DEVICE void progress(QpState* q, const G& g) {
 
 /// True when a waiter on this QP should drive it: it waits for a receive on the peer, or
 /// it sits in ERROR with WQEs left to flush.
-GV_HOST_DEVICE bool needs_progress(const QpState* q) {
+GV_HOST_DEVICE bool needs_progress(const QpContext* q) {
     if (atom::load_acquire(&q->rnr_waiting)) return true;
-    uint32_t s = atom::load_acquire(&q->state);
-    if (s != kErr) return false;
+    if (load_state(q) != QpState::Error) return false;
     uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
     return ((pi - uint32_t(atom::load_acquire(&q->sq_ci))) & 0xffff) != 0 ||
            rq_pending(q, atom::load_acquire(&q->rq_ci)) != 0;
 }
 
-}  // namespace gv::soft
+}  // namespace gv::detail::soft

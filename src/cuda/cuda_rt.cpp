@@ -1,4 +1,4 @@
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 
 #include <dlfcn.h>
 

@@ -1,6 +1,7 @@
 // Out-of-band records: framing, CRC-32, the QP, memory and hello records (oob.hpp).
 #include "gpuverbs/oob.hpp"
-#include "core/oob_wire.hpp"
+#include "core/backend.hpp"
+#include "oob/oob_wire.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@ namespace gv::oob {
 
 using detail::hex;
 using wire::backend_code;
+using wire::backend_from_code;
 using wire::get16;
 using wire::get32;
 using wire::get64;
@@ -62,8 +64,9 @@ struct Kind {
     RecordType type;
     size_t min_payload, max_payload;
 };
-constexpr size_t kQpFixedPayload = 64;
-constexpr Kind kQpKind{kQpRecordMagic, RecordType::Qp, kQpFixedPayload, kQpFixedPayload + kMaxDeviceName};
+constexpr size_t kQpFixedPayload = 36;
+constexpr Kind kQpKind{kQpRecordMagic, RecordType::Qp, kQpFixedPayload,
+                       kQpFixedPayload + EndpointExtra::kMaxBytes + kMaxDeviceName};
 constexpr Kind kMemoryKind{kMemoryRecordMagic, RecordType::Memory, 24, 24};
 constexpr Kind kHelloKind{kHelloMagic, RecordType::Hello, 12, 12};
 
@@ -79,15 +82,6 @@ struct Writer {
         b.insert(b.end(), c, c + n);
     }
 };
-
-bool backend_from_code(uint8_t c, Backend* b) {
-    switch (c) {
-        case 1: *b = Backend::Soft; return true;
-        case 2: *b = Backend::Mlx5; return true;
-        case 3: *b = Backend::Verbs; return true;
-    }
-    return false;
-}
 
 const Kind* kind_of_magic(uint32_t magic) {
     for (const Kind* k : {&kQpKind, &kMemoryKind, &kHelloKind})
@@ -152,9 +146,6 @@ const uint8_t* unframe(const Kind& k, const uint8_t* d, size_t n, size_t* payloa
     return d + kRecordHeaderBytes;
 }
 
-constexpr uint32_t kMaxPid = 4194304;          // PID_MAX_LIMIT on 64-bit Linux
-constexpr uint64_t kMaxUserAddress = 1ull << 57;  // 5-level paging's user space
-
 // Field rules shared by serialize() (local bug: InvalidUsage) and parse() (peer: RemoteError).
 std::string check_qp(const QpEndpoint& e) {
     if (backend_code(e.backend) == 0)
@@ -172,27 +163,7 @@ std::string check_qp(const QpEndpoint& e) {
         if (c < 0x20 || c > 0x7e)
             return "device name has a non-printable byte " + hex(c) + " at offset " + std::to_string(i);
     }
-    const SoftLocator& l = e.soft;
-    const bool any = l.pid || l.arena_fd || l.arena_base || l.arena_size || l.qp_state;
-    if (any && e.backend != Backend::Soft)
-        return std::string("a ") + backend_name(e.backend) + " endpoint carries a software-device locator";
-    if (any && l.pid == 0) return "software-device locator without a pid";
-    if (l.pid > kMaxPid) return "pid " + std::to_string(l.pid) + " out of range (at most 4194304)";
-    if (l.arena_size == 0) {
-        if (l.arena_fd || l.arena_base || l.qp_state)
-            return "software-device locator without an arena names an arena descriptor or address";
-        return {};
-    }
-    if (l.arena_fd > 0x7fffffffu) return "arena descriptor " + std::to_string(l.arena_fd) + " out of range";
-    if (l.arena_base == 0 || (l.arena_base & 4095) || (l.arena_size & 4095))
-        return "arena at " + hex(l.arena_base) + " of " + std::to_string(l.arena_size) +
-               " bytes is not page-aligned";
-    if (l.arena_base >= kMaxUserAddress || l.arena_size > kMaxUserAddress - l.arena_base)
-        return "arena at " + hex(l.arena_base) + " of " + std::to_string(l.arena_size) +
-               " bytes is not a user address range";
-    if (l.qp_state < l.arena_base || l.qp_state - l.arena_base >= l.arena_size || (l.qp_state & 7))
-        return "QP state address " + hex(l.qp_state) + " is not an aligned address inside the arena";
-    return {};
+    return detail::check_endpoint_extra(e.backend, e.extra);
 }
 
 std::string check_buffer(const RemoteBuffer& b) {
@@ -226,16 +197,15 @@ std::vector<uint8_t> QpRecord::serialize() const {
     Writer w;
     w.u8(backend_code(endpoint.backend));
     w.u8(uint8_t(endpoint.device.size()));
-    w.u16(endpoint.lid);
+    w.u8(endpoint.extra.size);
+    w.u8(0);
     w.u32(endpoint.qpn);
     w.u32(endpoint.psn);
     w.u32(endpoint.mtu);
+    w.u16(endpoint.lid);
+    w.u16(0);
     w.bytes(endpoint.gid.data(), endpoint.gid.size());
-    w.u32(endpoint.soft.pid);
-    w.u32(endpoint.soft.arena_fd);
-    w.u64(endpoint.soft.arena_base);
-    w.u64(endpoint.soft.arena_size);
-    w.u64(endpoint.soft.qp_state);
+    w.bytes(endpoint.extra.bytes.data(), endpoint.extra.size);
     w.bytes(endpoint.device.data(), endpoint.device.size());
     return frame(kQpKind, w.b);
 }
@@ -246,25 +216,26 @@ QpRecord QpRecord::parse(const uint8_t* data, size_t size) {
     QpRecord r;
     QpEndpoint& e = r.endpoint;
     if (!backend_from_code(p[0], &e.backend)) bad(kQpKind, "unknown backend code " + std::to_string(p[0]));
-    size_t name_len = p[1];
+    const size_t name_len = p[1], extra_len = p[2];
     if (name_len > kMaxDeviceName)
         bad(kQpKind,
             "device name length " + std::to_string(name_len) + " exceeds " + std::to_string(kMaxDeviceName));
-    if (len != kQpFixedPayload + name_len)
-        bad(kQpKind, "payload length " + std::to_string(len) + " disagrees with the device name length " +
-                         std::to_string(name_len) + " (expected " +
-                         std::to_string(kQpFixedPayload + name_len) + ")");
-    e.lid = get16(p + 2);
+    if (extra_len > EndpointExtra::kMaxBytes)
+        bad(kQpKind, "backend-specific part of " + std::to_string(extra_len) + " bytes exceeds " +
+                         std::to_string(EndpointExtra::kMaxBytes));
+    if (p[3] != 0 || get16(p + 18) != 0) bad(kQpKind, "reserved bytes are not zero");
+    if (len != kQpFixedPayload + extra_len + name_len)
+        bad(kQpKind, "payload length " + std::to_string(len) + " disagrees with the lengths it names (" +
+                         std::to_string(kQpFixedPayload) + " + " + std::to_string(extra_len) +
+                         " backend-specific + " + std::to_string(name_len) + " name bytes)");
     e.qpn = get32(p + 4);
     e.psn = get32(p + 8);
     e.mtu = get32(p + 12);
-    std::memcpy(e.gid.data(), p + 16, 16);
-    e.soft.pid = get32(p + 32);
-    e.soft.arena_fd = get32(p + 36);
-    e.soft.arena_base = get64(p + 40);
-    e.soft.arena_size = get64(p + 48);
-    e.soft.qp_state = get64(p + 56);
-    e.device.assign(reinterpret_cast<const char*>(p + kQpFixedPayload), name_len);
+    e.lid = get16(p + 16);
+    std::memcpy(e.gid.data(), p + 20, 16);
+    e.extra.size = uint8_t(extra_len);
+    std::memcpy(e.extra.bytes.data(), p + kQpFixedPayload, extra_len);
+    e.device.assign(reinterpret_cast<const char*>(p + kQpFixedPayload + extra_len), name_len);
     std::string err = check_qp(e);
     if (!err.empty()) bad(kQpKind, err);
     return r;

@@ -1,4 +1,5 @@
-// State of the software RDMA device: what a NIC keeps in its own memory.
+// State of the software RDMA device: what a NIC keeps in its own memory (its QP and CQ
+// contexts, its memory-region table).
 //
 // It lives where the device's executors run: in GPU memory for a device bound to a GPU
 // (every executor is a CUDA thread group), in host memory for a CPU-only device. Users
@@ -9,27 +10,10 @@
 #include <infiniband/mlx5dv.h>
 
 #include "gpuverbs/config.hpp"
+#include "gpuverbs/device/atomic.cuh"
+#include "gpuverbs/types.hpp"
 
-namespace gv::soft {
-
-/// QP states, numbered as enum ibv_qp_state.
-enum QpStateValue : uint32_t {
-    kReset = 0,
-    kInit = 1,
-    kRtr = 2,
-    kRts = 3,
-    kSqd = 4,
-    kSqe = 5,
-    kErr = 6,
-};
-
-/// Access flags, numbered as enum ibv_access_flags.
-enum AccessBits : uint32_t {
-    kLocalWrite = 1u << 0,
-    kRemoteWrite = 1u << 1,
-    kRemoteRead = 1u << 2,
-    kRemoteAtomic = 1u << 3,
-};
+namespace gv::detail::soft {
 
 /// Largest scatter/gather list of one send or receive WQE.
 inline constexpr uint32_t kMaxSge = 8;
@@ -44,7 +28,7 @@ struct MrEntry {
     int64_t xlate;    ///< executor pointer = user address + xlate
     uint32_t key;
     uint32_t pd;
-    uint32_t access;  ///< AccessBits
+    uint32_t access;  ///< gv::Access bits
     uint32_t sys;     ///< 1: host memory (stores need system-scope fences)
     uint32_t valid;
     /// 1: the bytes lie in the owner's shared arena (gv::SharedBuffer), which peer processes
@@ -105,12 +89,12 @@ struct Plan {
     CopySeg seg[kMaxPlanSegs];
 };
 
-struct QpState {
+struct QpContext {
     // --- configuration, written by the host ---
     uint32_t qpn;
     uint32_t pd;
-    uint32_t state;          ///< QpStateValue
-    uint32_t access;         ///< remote access this QP allows as responder (AccessBits)
+    uint32_t state;          ///< a gv::QpState value (read and written with atomics)
+    uint32_t access;         ///< remote access this QP allows as responder (gv::Access bits)
     uint32_t sq_log_bb;      ///< log2 of send-queue WQEBBs
     uint32_t rq_log_cnt;     ///< log2 of receive WQEs
     uint32_t rq_log_stride;  ///< log2 of bytes per receive WQE
@@ -126,7 +110,7 @@ struct QpState {
     uint32_t* dbrec;
     CqState* scq;
     CqState* rcq;
-    QpState* remote;    ///< the connected peer (set on RTR)
+    QpContext* remote;    ///< the connected peer (set on RTR)
     MrTable local_mrs;
     MrTable remote_mrs;  ///< the peer device's registrations
 
@@ -143,6 +127,18 @@ struct QpState {
     Plan plan;
 };
 
+/// The QP's state, with acquire ordering (what moved it there, e.g. the syndrome written
+/// before an ERROR, is seen with it).
+GV_HOST_DEVICE QpState load_state(const QpContext* q) { return QpState(atom::load_acquire(&q->state)); }
+/// The QP's state, relaxed: for callers that have just fenced, or that hold the QP's lock.
+GV_HOST_DEVICE QpState load_state_relaxed(const QpContext* q) { return QpState(atom::load_relaxed(&q->state)); }
+/// True in the states where the send queue executes (RTS, SQD).
+GV_HOST_DEVICE bool sends_allowed(QpState s) { return s == QpState::Rts || s == QpState::Sqd; }
+/// True in the states where a QP takes incoming requests (RTR, RTS, SQD).
+GV_HOST_DEVICE bool receives_allowed(QpState s) { return s == QpState::Rtr || sends_allowed(s); }
+/// True in the error states, where everything outstanding is flushed.
+GV_HOST_DEVICE bool in_error(QpState s) { return s == QpState::Error || s == QpState::Sqe; }
+
 /// RNR NAK timer encoding of the InfiniBand specification, in microseconds.
 GV_HOST_DEVICE uint32_t rnr_timer_us(uint32_t code) {
     constexpr uint32_t t[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
@@ -152,4 +148,4 @@ GV_HOST_DEVICE uint32_t rnr_timer_us(uint32_t code) {
     return t[code & 31];
 }
 
-}  // namespace gv::soft
+}  // namespace gv::detail::soft

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpuverbs/device/handles.hpp"
+
 namespace gv::detail::cuda {
 
 bool built();
@@ -57,7 +59,7 @@ void vmm_destroy(VmmRange& v);
 void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size);
 
 /// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu).
-using DoorbellFn = void (*)(void* qp_state, uint32_t what);
+using DoorbellFn = void (*)(void* qp_context, dev::HostDoorbell what);
 DoorbellFn soft_doorbell_fn();
 
 }  // namespace gv::detail::cuda

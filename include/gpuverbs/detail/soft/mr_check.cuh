@@ -3,9 +3,9 @@
 // Part of the software device's executor (gpuverbs/soft/exec.cuh).
 #pragma once
 
-#include "gpuverbs/soft/groups.cuh"
+#include "gpuverbs/detail/soft/copy.cuh"
 
-namespace gv::soft {
+namespace gv::detail::soft {
 
 // ---- memory-region checks -----------------------------------------------------------
 
@@ -21,13 +21,13 @@ GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
 /// True when table t belongs to another process than the executing QP q (whose own table is
 /// local_mrs): then only regions in the owner's shared arena may be touched, a private
 /// address of another process means nothing here.
-GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpState* q) { return t.owner != q->local_mrs.owner; }
+GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpContext* q) { return t.owner != q->local_mrs.owner; }
 
 /// True when q's peer belongs to q's own process. An executor runs only its own process's
 /// QPs: another process's WQEs point at that process's private memory too. Reads q's own
 /// state only (remote_mrs is q's copy of the peer's table descriptor): after a peer process
 /// died nothing of it needs to be read.
-GV_HOST_DEVICE bool peer_in_process(const QpState* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
+GV_HOST_DEVICE bool peer_in_process(const QpContext* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
 
 /// The last region the leader resolved in a table: consecutive WQEs mostly use the same
 /// keys, and each lookup is a dependent chain of memory loads.
@@ -69,10 +69,10 @@ struct LeaderCache {
     uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
     uint32_t batches = 0;  ///< doorbell-record reads so far
     unsigned long long ci = 0;  ///< sq_ci as the leader advances it
-    uint32_t state = 0;
+    QpState state = QpState::Reset;
     bool peer_ok = false;
-    QpState* r = nullptr;
+    QpContext* r = nullptr;
     MrCache local, remote;
 };
 
-}  // namespace gv::soft
+}  // namespace gv::detail::soft

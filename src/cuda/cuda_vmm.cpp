@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/cuda_rt.hpp"
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 
 #if GV_HAVE_CUDA

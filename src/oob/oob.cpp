@@ -1,6 +1,6 @@
 // Out-of-band TCP channel: listen, connect, framed messages, the record exchange (oob.hpp).
 #include "gpuverbs/oob.hpp"
-#include "core/oob_wire.hpp"
+#include "oob/oob_wire.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "gpuverbs/context.hpp"
+#include "gpuverbs/types.hpp"
 
 namespace gv::oob::wire {
 
@@ -12,15 +12,15 @@ inline uint16_t get16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
 inline uint32_t get32(const uint8_t* p) { return uint32_t(get16(p)) | uint32_t(get16(p + 2)) << 16; }
 inline uint64_t get64(const uint8_t* p) { return uint64_t(get32(p)) | uint64_t(get32(p + 4)) << 32; }
 
-/// Backends on the wire have their own codes, independent of the enum's order (0: none).
-inline uint8_t backend_code(Backend b) {
-    switch (b) {
-        case Backend::Soft: return 1;
-        case Backend::Mlx5: return 2;
-        case Backend::Verbs: return 3;
-        case Backend::Auto: break;
-    }
-    return 0;
+/// A backend's code on the wire: its enum value (types.hpp fixes them); 0 (Auto) is no
+/// concrete backend and never valid in a record.
+inline uint8_t backend_code(Backend b) { return uint8_t(b); }
+
+/// The backend a wire code names; false for 0 and unknown codes.
+inline bool backend_from_code(uint8_t c, Backend* b) {
+    if (c < uint8_t(Backend::Soft) || c > uint8_t(Backend::Verbs)) return false;
+    *b = Backend(c);
+    return true;
 }
 
 }  // namespace gv::oob::wire

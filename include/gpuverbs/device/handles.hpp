@@ -1,0 +1,137 @@
+// The trivially copyable handles kernels and CPU threads drive queues through: CqHandle,
+// QpHandle (a common part plus one small part per backend), and the types of the posting
+// calls (Sge, work-request flags, scopes). Plain data only: host code includes it (through
+// queue_pair.hpp and completion_queue.hpp) without compiling any device code; the
+// operations on the handles are in the device API (gpuverbs/device.cuh).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gpuverbs/types.hpp"
+
+struct mlx5_cqe64;  // <infiniband/mlx5dv.h>
+
+namespace gv {
+
+/// Work-request flags.
+enum : uint32_t {
+    kSignaled = 1u << 0,  ///< produce a completion on success (errors always complete)
+    kFence = 1u << 1,     ///< wait for earlier READs / atomics before executing
+    kSolicited = 1u << 2,
+};
+
+/// Which threads call a collective operation (commit, wait): one thread, the calling
+/// warp's active lanes, or every thread of the block.
+enum class Scope { Thread, Warp, Block };
+
+/// A local buffer of one work request: address, length and the lkey of its region.
+struct Sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+
+namespace detail::soft {
+struct QpContext;
+}  // namespace detail::soft
+
+namespace dev {
+
+/// Where a poller reports completed send / receive WQEs, so that posters may reuse their
+/// queue slots (one entry per QP using this CQ, found by QP number).
+struct CqQpSlot {
+    uint32_t qpn;  ///< 0: empty
+    uint32_t sq_log_bb;
+    uint8_t* sq;                       ///< to read a completed WQE's size
+    unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
+    unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
+};
+
+/// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
+struct CqHandle {
+    mlx5_cqe64* cqes;
+    uint32_t* dbrec;
+    unsigned long long* ci;  ///< consumer index shared by every poller
+    CqQpSlot* slots;
+    uint32_t* overrun;       ///< software device: set once completions were lost (else null)
+    uint32_t log_cnt;
+    uint32_t slot_mask;
+    uint32_t sys;            ///< the ring is host memory or a NIC writes it
+    uint32_t cqn;
+    /// 1: the ring is host memory, so CPU threads may poll it. 0: GPU memory, which only
+    /// kernels can read (a CPU thread's poll returns nothing instead of faulting).
+    uint32_t host_reachable;
+};
+static_assert(std::is_trivially_copyable_v<CqHandle>);
+
+/// Counters shared by every poster of one QP (in the QP's queue memory).
+struct QpCounters {
+    unsigned long long sq_reserved;  ///< WQEBBs handed out to posters
+    unsigned long long sq_ready;     ///< WQEBBs written and published, in order
+    unsigned long long sq_retired;   ///< WQEBBs whose completion was polled (reusable)
+    unsigned long long sq_last;      ///< position of the last published WQE
+    unsigned long long rq_reserved;
+    unsigned long long rq_ready;
+    unsigned long long rq_retired;
+    unsigned long long pad;
+};
+
+/// The part of a QP every backend shares: its mlx5 work queues (send ring of 64-byte
+/// WQEBBs, receive ring, doorbell records) and the posting counters.
+struct QpQueues {
+    uint8_t* sq;
+    uint8_t* rq;
+    uint32_t* dbrec;
+    QpCounters* ctr;
+    uint32_t qpn;
+    uint32_t sq_log_bb;      ///< log2 of the send ring's WQEBBs
+    uint32_t rq_log_cnt;     ///< log2 of the receive ring's entries
+    uint32_t rq_log_stride;  ///< log2 of bytes per receive entry
+    uint32_t max_inline;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    /// 1: the queues are host memory, or a NIC or proxy thread reads them: stores and
+    /// counters use system-scope ordering.
+    uint32_t sys;
+    /// 1: the queues are host memory, so CPU threads may post to them. 0: GPU memory,
+    /// which only kernels can touch (host calls then return InvalidArgument).
+    uint32_t host_reachable;
+};
+
+/// What a CPU thread asks of a software device that executes on a GPU (it cannot run the
+/// executor itself: the device's state is GPU memory).
+enum class HostDoorbell : uint32_t {
+    SendQueue = 0,  ///< execute the send queue's published WQEs
+    RecvQueue = 1,  ///< a receive was posted: flush it in ERROR, retry a sender waiting for it
+    Flush = 2,      ///< the QP entered ERROR: flush everything outstanding
+};
+
+/// The software device's part of a QP handle.
+struct SoftQpPart {
+    detail::soft::QpContext* ctx;  ///< the device's context of this QP (where executors run)
+    /// Set when the device executes on a GPU: how CPU threads ring its doorbell (a launch).
+    /// Null on a CPU device, whose executor CPU threads run themselves.
+    void (*host_doorbell)(void* arg, HostDoorbell what);
+    void* host_arg;
+};
+
+/// The ConnectX (mlx5) backend's part of a QP handle.
+struct Mlx5QpPart {
+    uint64_t* uar;  ///< the doorbell register (BlueFlame), mapped for whoever rings it
+};
+
+/// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
+/// CQs and context) alive while any kernel or thread uses it.
+struct QpHandle {
+    QpQueues q;  ///< common to every backend
+    CqHandle scq;
+    CqHandle rcq;
+    Backend backend;  ///< which part below is meaningful
+    SoftQpPart soft;
+    Mlx5QpPart mlx5;
+};
+static_assert(std::is_trivially_copyable_v<QpHandle>);
+
+}  // namespace dev
+}  // namespace gv
