@@ -59,6 +59,16 @@ inline long first_diff(const uint8_t* a, const uint8_t* b, size_t n) {
 
 constexpr uint8_t kGuard = 0xA5;
 
+/// WQEBBs of a WQE the device API builds with `nonzero` non-empty gather entries.
+GV_HOST_DEVICE uint32_t bbs_sge(uint8_t opcode, uint32_t nonzero) {
+    const bool send = opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM;
+    return gv::mlx5::ds_to_bbs((send ? 1 : 2) + nonzero);
+}
+/// WQEBBs of an inline WRITE (rdma) or SEND of len bytes.
+GV_HOST_DEVICE uint32_t bbs_inline(bool rdma, uint32_t len) {
+    return gv::mlx5::ds_to_bbs((rdma ? 2 : 1) + gv::mlx5::inline_ds(len));
+}
+
 /// A context of the software device executing on CPU threads.
 inline gv::Context cpu_context() {
     gv::ContextOptions o;

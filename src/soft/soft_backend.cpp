@@ -1,7 +1,7 @@
 // Host side of the software RDMA device: CQs, QPs (the verbs state machine, connecting to a
 // peer in this or another process), registration, and the backend's operations. The device
 // itself (arena, allocation, MR table) is soft_device.hpp; the data path is
-// include/gpuverbs/soft/exec.cuh.
+// include/gpuverbs/detail/soft/exec.cuh.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

@@ -3,6 +3,9 @@
 // becomes a one-block kernel on the library's stream.
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <unordered_map>
+
 #include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 #include "gpuverbs/detail/soft/exec.cuh"
@@ -12,6 +15,15 @@ namespace gv::detail {
 namespace {
 __global__ void soft_doorbell_kernel(soft::QpContext* q, dev::HostDoorbell what) {
     BlockGroup g;
+    if (what == dev::HostDoorbell::Drive) {
+        // What a waiting kernel's drive() does (detail/soft/doorbell.cuh), for a CPU waiter.
+        uint32_t need = 0;
+        if (g.leader()) need = soft::needs_progress(q) ? 1 : 0;
+        if (!g.bcast(need)) return;
+        soft::progress(q, g);
+        if (g.leader() && soft::load_state(q) == QpState::Error) soft::flush_rq(q);
+        return;
+    }
     if (what != dev::HostDoorbell::RecvQueue) soft::progress(q, g);
     if (what != dev::HostDoorbell::SendQueue) {
         // A new receive (or ERROR): flush in ERROR, and let a sender waiting under the RNR
@@ -25,7 +37,25 @@ __global__ void soft_doorbell_kernel(soft::QpContext* q, dev::HostDoorbell what)
     }
 }
 
+/// A CPU waiter's drive requests come once per turn of its wait loop; one launch per QP every
+/// kDriveIntervalNs is enough for RNR timers (at least 10 us) and flushes, and keeps a
+/// spinning waiter from filling the stream with launches.
+constexpr uint64_t kDriveIntervalNs = 20000;
+
+bool drive_due(void* q) {
+    static std::mutex mu;
+    static std::unordered_map<void*, uint64_t> last;  // QP context -> last drive launch
+    const uint64_t now = atom::now_ns();
+    std::lock_guard<std::mutex> lock(mu);
+    if (last.size() > 65536) last.clear();  // bounded: destroyed QPs leave entries behind
+    uint64_t& t = last[q];
+    if (t && now - t < kDriveIntervalNs) return false;
+    t = now;
+    return true;
+}
+
 void soft_doorbell(void* q, dev::HostDoorbell what) {
+    if (what == dev::HostDoorbell::Drive && !drive_due(q)) return;
     soft_doorbell_kernel<<<1, 256, 0, static_cast<cudaStream_t>(cuda::stream())>>>(
         static_cast<soft::QpContext*>(q), what);
     cudaError_t e = cudaGetLastError();

@@ -1,5 +1,6 @@
-// Kernels post writes and reads on many QPs (one per block) and poll their completions;
-// the software device executes them on the GPU. Every byte is verified on the host.
+// Kernels post writes and reads on many QPs (one per block), at thread, warp and block
+// scope, and poll their completions; the software device executes them on the GPU with the
+// committing group. Every byte is verified on the host.
 #include <algorithm>
 #include <random>
 
@@ -193,7 +194,10 @@ TEST(GpuDataPath, LargeMessagesUpTo8MiB) {
     run_many_blocks<Scope::Block>(8, 8, 8, 8 << 20, MemoryKind::Device, 15);
 }
 
-// CPU threads post to a GPU-executed device: each commit launches the executor.
+// CPU threads post WRITEs between GPU-memory regions of a GPU-executed device: each commit
+// launches the executor (the benchmarks' CPU-initiated shape). The traffic suite's
+// soft-gpu-cpu-initiator instance runs the data-path tests the same way on host-memory
+// buffers, which its CPU responders poll.
 TEST(GpuDataPath, CpuPostsGpuExecutes) {
     GV_SKIP_WITHOUT_GPU();
     gvtest::Pair p(gvtest::gpu_ctx(), {}, MemoryKind::Host);

@@ -50,23 +50,16 @@ __global__ void ordering_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, u
             }
             __syncthreads();
             // Wait until the responder consumed round r before overwriting the data.
-            if (threadIdx.x == 0) {
-                uint64_t t0 = atom::now_ns();
-                while (atom::load_acquire(dst_flag + 1) != r) {
-                    if (atom::now_ns() - t0 > 5'000'000'000ull) { atomicAdd(errors, 1ull << 40); break; }
-                }
-            }
+            if (threadIdx.x == 0 && !gvtest::wait_at_least<uint64_t>(dst_flag + 1, r, 5'000'000'000ull))
+                atomicAdd(errors, 1ull << 40);
             __syncthreads();
         }
     } else if (blockIdx.x == 1) {
         __shared__ uint64_t seen;
         for (uint32_t r = 1; r <= rounds; ++r) {
             if (threadIdx.x == 0) {
-                uint64_t t0 = atom::now_ns();
-                uint64_t v;
-                while ((v = atom::load_acquire(dst_flag)) < r) {
-                    if (atom::now_ns() - t0 > 5'000'000'000ull) break;
-                }
+                uint64_t v = 0;
+                gvtest::wait_at_least<uint64_t>(dst_flag, r, 5'000'000'000ull, &v);
                 seen = v;
             }
             __syncthreads();

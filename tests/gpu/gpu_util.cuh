@@ -1,4 +1,5 @@
-// Helpers for the GPU tests: skip without a GPU, checked CUDA calls, device buffers.
+// Helpers for the GPU tests: skip without a GPU, checked CUDA calls, device buffers, and the
+// bounded spin on a flag that kernels of several files use.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,5 +38,24 @@ struct DevBuf {
 };
 
 inline gv::Context gpu_ctx() { return gv::Context(gv::ContextOptions{gv::Backend::Soft, 0}); }
+
+/// Spins with acquire loads (device scope) until `done(*p)` or until timeout_ns passed;
+/// returns whether it happened. *last gets the last value read.
+template <typename T, typename Done>
+__device__ bool spin_until(const T* p, Done done, uint64_t timeout_ns, T* last = nullptr) {
+    const uint64_t t0 = gv::atom::now_ns();
+    for (;;) {
+        T v = gv::atom::load_acquire(p);
+        if (last) *last = v;
+        if (done(v)) return true;
+        if (gv::atom::now_ns() - t0 > timeout_ns) return false;
+    }
+}
+
+/// spin_until(*p >= v).
+template <typename T>
+__device__ bool wait_at_least(const T* p, T v, uint64_t timeout_ns, T* last = nullptr) {
+    return spin_until(p, [v](T x) { return x >= v; }, timeout_ns, last);
+}
 
 }  // namespace gvtest

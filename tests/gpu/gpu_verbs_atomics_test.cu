@@ -1,5 +1,6 @@
-// The device-side verbs set driven from CUDA kernels: atomics (fetch-add, compare-and-swap)
-// and put-with-signal.
+// The device-side verbs set driven from CUDA kernels: atomics from many blocks and threads at
+// once (fetch-add on one counter, compare-and-swap contention) and put-with-signal at block
+// scope. (One thread's atomics and put-with-signal are the traffic suite's: tests/traffic/.)
 // The software device executes everything on the GPU; the host checks every byte and every
 // completion field. Every wait inside a kernel is bounded.
 #include "gpu/gpu_verbs_util.cuh"
@@ -79,52 +80,6 @@ TEST(GpuVerbsAtomics, FetchAddVariedAddsChainExactly) {
     run_fetch_add(7);
 }
 
-__global__ void cas_sequence_kernel(dev::QpHandle a, uint64_t target, uint32_t rkey, uint64_t* out, uint32_t olkey,
-                                    Completion* c, DevErr* err) {
-    if (threadIdx.x != 0) return;
-    DCHECK_EQ(dev::fetch_add(a, &out[0], olkey, target, rkey, 2), Status::Ok);
-    DCHECK_EQ(dev::fetch_add(a, &out[1], olkey, target, rkey, ~0ull), Status::Ok);  // -1
-    DCHECK_EQ(dev::compare_swap(a, &out[2], olkey, target, rkey, 41, 1000), Status::Ok);
-    DCHECK_EQ(dev::compare_swap(a, &out[3], olkey, target, rkey, 41, 2000), Status::Ok);  // mismatch
-    DCHECK_EQ(dev::compare_swap(a, &out[4], olkey, target, rkey, 1000, 0x123456789abcdef0ull), Status::Ok);
-    DCHECK_EQ(dev::commit(a), Status::Ok);
-    DCHECK_EQ(dev::wait_send(a, 5, c, kWait), Status::Ok);
-}
-
-TEST(GpuVerbsAtomics, CompareSwapSemantics) {
-    GV_SKIP_WITHOUT_GPU();
-    gvtest::Pair p(gvtest::gpu_ctx());
-    DevBuf target(64), out(64), cq(5 * sizeof(Completion));
-    std::vector<uint64_t> t0(8, 0);
-    t0[1] = 40;
-    h2d(target.p, t0.data(), 64);
-    CUDA_OK(cudaMemset(out.p, 0xee, 64));
-    MemoryRegion mt(p.pd, target.p, 64, kAllAccess), mo(p.pd, out.p, 64, kLocalWrite);
-    Err err;
-    cas_sequence_kernel<<<1, 32>>>(p.h(0), addr_of(target, 8), mt.rkey(), out.get<uint64_t>(), mo.lkey(),
-                                   cq.get<Completion>(), err.get());
-    LAUNCH_OK();
-    err.expect_none();
-    auto c = d2h<Completion>(cq.p, 5);
-    auto r = d2h<uint64_t>(out.p, 8);
-    auto t = d2h<uint64_t>(target.p, 8);
-    const uint8_t ops[5] = {MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_CS,
-                            MLX5_OPCODE_ATOMIC_CS};
-    for (int i = 0; i < 5; ++i) {
-        EXPECT_TRUE(c[i].ok());
-        EXPECT_EQ(c[i].wqe_opcode, ops[i]);
-        EXPECT_EQ(c[i].wqe_counter, uint16_t(i));
-    }
-    EXPECT_EQ(r[0], 40u);
-    EXPECT_EQ(r[1], 42u);
-    EXPECT_EQ(r[2], 41u);
-    EXPECT_EQ(r[3], 1000u);  // no swap: 1000 stays
-    EXPECT_EQ(r[4], 1000u);
-    EXPECT_EQ(t[1], 0x123456789abcdef0ull);
-    for (int w : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(t[w], 0u) << "target word " << w;
-    for (int w : {5, 6, 7}) EXPECT_EQ(r[w], 0xeeeeeeeeeeeeeeeeull) << "result word " << w;
-}
-
 __global__ void cas_contention_kernel(const dev::QpHandle* qps, uint64_t word, uint32_t rkey, uint64_t* olds,
                                       uint32_t olkey, DevErr* err) {
     const dev::QpHandle qp = qps[blockIdx.x];
@@ -165,17 +120,17 @@ TEST(GpuVerbsAtomics, CompareSwapContention) {
 }
 
 // =============================================================================================
-// 7. put_signal: N writes then a fetch-add on the peer's signal word, in order. A consumer
-//    block polls the signal with acquire loads and checks the data written before it.
+// 7. put_signal at block scope: every thread of the producer block posts a WRITE of its chunk
+//    and then a fetch-add of 1 on the peer's signal word (all WRITEs, then all fetch-adds).
+//    A consumer block polls the signal with acquire loads and checks the data written before
+//    it. (One thread's put_signal is the traffic suite's: tests/traffic/.)
 // =============================================================================================
 
-template <Scope S>
 __global__ void put_signal_kernel(dev::QpHandle a, uint32_t* src, uint32_t slkey, uint32_t* dst, uint32_t drkey,
                                   uint64_t* olds, uint32_t olkey, uint64_t* signal, uint32_t sig_rkey, unsigned* ack,
                                   uint32_t rounds, uint32_t chunk, DevErr* err) {
     const uint32_t t = threadIdx.x, n = blockDim.x;
     const uint32_t bytes = n * chunk, words = bytes / 4;
-    const uint64_t adds = S == Scope::Block ? n : 1;  // signal increments per round
     __shared__ int stop;
     if (t == 0) stop = 0;
     __syncthreads();
@@ -185,67 +140,34 @@ __global__ void put_signal_kernel(dev::QpHandle a, uint32_t* src, uint32_t slkey
             for (uint32_t w = t; w < words; w += n) s[w] = word_pat(r, w);
             __syncthreads();
             const uint64_t d = reinterpret_cast<uint64_t>(dst), sig = reinterpret_cast<uint64_t>(signal);
-            if constexpr (S == Scope::Block) {
-                // All n WRITEs, then all n fetch-adds (each a block-scope post).
-                DCHECK_EQ(dev::put_signal<Scope::Block>(a, reinterpret_cast<uint8_t*>(s) + t * chunk, chunk, slkey,
-                                                        d + t * chunk, drkey, olds + size_t(r - 1) * n + t, olkey, sig,
-                                                        sig_rkey, 1, t == n - 1 ? kSignaled : 0u, kWait),
-                          Status::Ok);
-            } else if (t == 0) {
-                DCHECK_EQ(dev::put_signal(a, s, bytes, slkey, d, drkey, olds + (r - 1), olkey, sig, sig_rkey, 1,
-                                          kSignaled, kWait),
-                          Status::Ok);
-            }
+            DCHECK_EQ(dev::put_signal<Scope::Block>(a, reinterpret_cast<uint8_t*>(s) + t * chunk, chunk, slkey,
+                                                    d + t * chunk, drkey, olds + size_t(r - 1) * n + t, olkey, sig,
+                                                    sig_rkey, 1, t == n - 1 ? kSignaled : 0u, kWait),
+                      Status::Ok);
             DCHECK_EQ(dev::commit<Scope::Block>(a), Status::Ok);
             if (t == 0) {
                 DCHECK_EQ(dev::wait_send(a, 1, nullptr, kWait), Status::Ok);
                 // The consumer checked round r before we overwrite the target.
-                const uint64_t t0 = atom::now_ns();
-                while (atom::load_acquire(ack) < r) {
-                    if (atom::now_ns() - t0 > kWait) {
-                        dev_fail(err, __LINE__, atom::load_acquire(ack), r);
-                        stop = 1;
-                        break;
-                    }
+                unsigned seen = 0;
+                if (!gvtest::wait_at_least(ack, r, kWait, &seen)) {
+                    dev_fail(err, __LINE__, seen, r);
+                    stop = 1;
                 }
             }
             __syncthreads();
             if (stop) return;
         }
-    } else if (blockIdx.x == 1) {  // consumer
-        for (uint32_t r = 1; r <= rounds; ++r) {
-            if (t == 0) {
-                const uint64_t t0 = atom::now_ns();
-                unsigned long long v;
-                // The first fetch-add of round r: every WRITE of round r precedes it.
-                while ((v = atom::load_acquire(signal)) <= (r - 1) * adds) {
-                    if (atom::now_ns() - t0 > kWait) {
-                        dev_fail(err, __LINE__, v, (r - 1) * adds + 1);
-                        stop = 1;
-                        break;
-                    }
-                }
-            }
-            __syncthreads();
-            if (stop) return;
-            for (uint32_t w = t; w < words; w += n) {
-                uint32_t got = atom::load_relaxed(dst + w);
-                if (got != word_pat(r, w)) {
-                    dev_fail(err, __LINE__, got, word_pat(r, w));
-                    break;
-                }
-            }
-            __syncthreads();
-            if (t == 0) atom::store_release(ack, r);
-        }
+    } else if (blockIdx.x == 1) {  // consumer: the first fetch-add of round r follows all its WRITEs
+        consume_rounds(signal, [n](uint32_t r, uint64_t v) { return v >= uint64_t(r - 1) * n + 1; }, dst, words,
+                       rounds, ack, err);
     }
 }
 
-template <Scope S>
-void run_put_signal(uint32_t rounds) {
-    constexpr uint32_t T = 128, kChunk = 1024;
+TEST(GpuVerbsAtomics, PutSignalBlockScope) {
+    GV_SKIP_WITHOUT_GPU();
+    constexpr uint32_t T = 128, kChunk = 1024, rounds = 300;
     constexpr size_t bytes = size_t(T) * kChunk;
-    const uint64_t adds = S == Scope::Block ? T : 1;
+    constexpr uint64_t adds = T;  // signal increments per round
     gvtest::Pair p(gvtest::gpu_ctx());
     DevBuf src(2 * bytes), dst(bytes), olds(size_t(rounds) * adds * 8), sig(64), ack(4);
     CUDA_OK(cudaMemset(dst.p, 0, bytes));
@@ -255,9 +177,9 @@ void run_put_signal(uint32_t rounds) {
     MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite), md(p.pd, dst.p, bytes, kAllAccess),
         mo(p.pd, olds.p, olds.n, kLocalWrite), mg(p.pd, sig.p, 64, kAllAccess);
     Err err;
-    put_signal_kernel<S><<<2, T>>>(p.h(0), src.get<uint32_t>(), ms.lkey(), dst.get<uint32_t>(), md.rkey(),
-                                   olds.get<uint64_t>(), mo.lkey(), sig.get<uint64_t>() + 1, mg.rkey(),
-                                   ack.get<unsigned>(), rounds, kChunk, err.get());
+    put_signal_kernel<<<2, T>>>(p.h(0), src.get<uint32_t>(), ms.lkey(), dst.get<uint32_t>(), md.rkey(),
+                                olds.get<uint64_t>(), mo.lkey(), sig.get<uint64_t>() + 1, mg.rkey(), ack.get<unsigned>(),
+                                rounds, kChunk, err.get());
     LAUNCH_OK();
     err.expect_none();
     auto ho = d2h<uint64_t>(olds.p, size_t(rounds) * adds);
@@ -265,16 +187,6 @@ void run_put_signal(uint32_t rounds) {
     auto hs = d2h<uint64_t>(sig.p, 8);
     EXPECT_EQ(hs[1], rounds * adds);
     for (int w : {0, 2, 3, 4, 5, 6, 7}) EXPECT_EQ(hs[w], 0u) << "word " << w << " next to the signal";
-}
-
-TEST(GpuVerbsAtomics, PutSignalOneThread) {
-    GV_SKIP_WITHOUT_GPU();
-    run_put_signal<Scope::Thread>(300);
-}
-
-TEST(GpuVerbsAtomics, PutSignalBlockScope) {
-    GV_SKIP_WITHOUT_GPU();
-    run_put_signal<Scope::Block>(300);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ void run_scopes() {
     for (uint32_t id = 0; id < N; ++id) {
         const size_t o0 = size_t(id) * kScopeSlot;
         ASSERT_EQ(gvtest::first_diff(hsrc.data() + o0, hd.data() + o0, lens[id]), -1) << "WRITE " << id;
-        ASSERT_EQ(first_not(hd.data() + o0 + lens[id], kScopeSlot - lens[id], kGuard), -1) << "past WRITE " << id;
+        ASSERT_EQ(gvtest::first_not(hd.data() + o0 + lens[id], kScopeSlot - lens[id], kGuard), -1) << "past WRITE " << id;
     }
 }
 
@@ -284,9 +284,9 @@ void run_weak(uint32_t threads, uint32_t rounds) {
             default: fa_olds.push_back(ho[id]); break;
         }
         ASSERT_EQ(gvtest::first_diff(hsrc.data() + o0, hd.data() + o0, wlen), -1) << "WRITE " << id;
-        ASSERT_EQ(first_not(hd.data() + o0 + wlen, kWSlot - wlen, kGuard), -1) << "past WRITE " << id;
+        ASSERT_EQ(gvtest::first_not(hd.data() + o0 + wlen, kWSlot - wlen, kGuard), -1) << "past WRITE " << id;
         ASSERT_EQ(gvtest::first_diff(hpeer.data() + (id % 64) * 32, hb.data() + o0, rlen), -1) << "READ " << id;
-        ASSERT_EQ(first_not(hb.data() + o0 + rlen, kWSlot - rlen, kGuard), -1) << "past READ " << id;
+        ASSERT_EQ(gvtest::first_not(hb.data() + o0 + rlen, kWSlot - rlen, kGuard), -1) << "past READ " << id;
     }
     std::sort(fa_olds.begin(), fa_olds.end());
     for (uint64_t i = 0; i < fa_olds.size(); ++i) ASSERT_EQ(fa_olds[i], i) << "fetch-add old values";
@@ -353,43 +353,18 @@ __global__ void weak_ordering_kernel(dev::QpHandle a, uint32_t* src, uint32_t sl
             DCHECK_EQ(dev::commit_weak<Scope::Block>(a, n), Status::Ok);
             if (t == 0) {
                 DCHECK_EQ(dev::wait_send(a, 1, nullptr, kWait), Status::Ok);
-                const uint64_t t0 = atom::now_ns();
-                while (atom::load_acquire(dst_flag + 1) < r) {
-                    if (atom::now_ns() - t0 > kWait) {
-                        dev_fail(err, __LINE__, atom::load_acquire(dst_flag + 1), r);
-                        stop = 1;
-                        break;
-                    }
+                uint64_t seen = 0;
+                if (!gvtest::wait_at_least<uint64_t>(dst_flag + 1, r, kWait, &seen)) {
+                    dev_fail(err, __LINE__, seen, r);
+                    stop = 1;
                 }
             }
             __syncthreads();
             if (stop) return;
         }
-    } else if (blockIdx.x == 1) {
-        for (uint32_t r = 1; r <= rounds; ++r) {
-            if (t == 0) {
-                const uint64_t t0 = atom::now_ns();
-                unsigned long long v;
-                while ((v = atom::load_acquire(dst_flag)) != flag_of(r)) {
-                    if (atom::now_ns() - t0 > kWait) {
-                        dev_fail(err, __LINE__, v, flag_of(r));
-                        stop = 1;
-                        break;
-                    }
-                }
-            }
-            __syncthreads();
-            if (stop) return;
-            for (uint32_t w = t; w < words; w += n) {
-                uint32_t got = atom::load_relaxed(dst + w);
-                if (got != word_pat(r, w)) {
-                    dev_fail(err, __LINE__, got, word_pat(r, w));
-                    break;
-                }
-            }
-            __syncthreads();
-            if (t == 0) atom::store_release(dst_flag + 1, uint64_t(r));
-        }
+    } else if (blockIdx.x == 1) {  // responder: waits for the whole flag value of round r
+        consume_rounds(dst_flag, [](uint32_t r, uint64_t v) { return v == flag_of(r); }, dst, words, rounds,
+                       dst_flag + 1, err);
     }
 }
 

@@ -11,9 +11,6 @@
 #include <vector>
 #include "gpu/gpu_util.cuh"
 
-using namespace gv;
-using gvtest::DevBuf;
-
 namespace {
 
 constexpr uint64_t kUs = 1'000ull;
@@ -51,7 +48,7 @@ __device__ void dev_fail(DevErr* e, int line, long long got, long long want) {
 
 /// Host side of a DevErr: zeroed on creation, checked after the kernel.
 struct Err {
-    DevBuf buf{sizeof(DevErr)};
+    gvtest::DevBuf buf{sizeof(DevErr)};
     Err() { cudaMemset(buf.p, 0, sizeof(DevErr)); }
     DevErr* get() const { return buf.get<DevErr>(); }
     void expect_none(const std::string& what = "") const {
@@ -87,62 +84,88 @@ void h2d(void* d, const void* s, size_t n) {
 }
 
 template <typename T>
-std::unique_ptr<DevBuf> upload(const std::vector<T>& v) {
-    auto b = std::make_unique<DevBuf>(std::max<size_t>(16, v.size() * sizeof(T)));
+std::unique_ptr<gvtest::DevBuf> upload(const std::vector<T>& v) {
+    auto b = std::make_unique<gvtest::DevBuf>(std::max<size_t>(16, v.size() * sizeof(T)));
     if (!v.empty()) h2d(b->p, v.data(), v.size() * sizeof(T));
     return b;
 }
 
 /// The posting counters of a QP (device or host queue memory).
-dev::QpCounters counters(const dev::QpHandle& h) {
-    dev::QpCounters c{};
+gv::dev::QpCounters counters(const gv::dev::QpHandle& h) {
+    gv::dev::QpCounters c{};
     cudaError_t e = cudaMemcpy(&c, h.q.ctr, sizeof c, cudaMemcpyDefault);
     if (e != cudaSuccess) ADD_FAILURE() << "reading QP counters: " << cudaGetErrorString(e);
     return c;
 }
 
-uint64_t addr_of(const DevBuf& b, size_t off = 0) { return reinterpret_cast<uint64_t>(b.get() + off); }
-
-long first_not(const uint8_t* p, size_t n, uint8_t v) {
-    for (size_t i = 0; i < n; ++i)
-        if (p[i] != v) return long(i);
-    return -1;
-}
+uint64_t addr_of(const gvtest::DevBuf& b, size_t off = 0) { return reinterpret_cast<uint64_t>(b.get() + off); }
 
 /// n connected pairs of QPs (2i sends to 2i+1) on one context and protection domain, each
 /// QP with its own CQ (send and receive).
 struct Pairs {
-    Context ctx;
-    ProtectionDomain pd;
-    std::vector<std::unique_ptr<CompletionQueue>> cqs;
-    std::vector<std::unique_ptr<QueuePair>> qps;
-    Pairs(uint32_t n, QpOptions o = {}, uint32_t cq_depth = 1024) : ctx(gvtest::gpu_ctx()), pd(ctx) {
+    gv::Context ctx;
+    gv::ProtectionDomain pd;
+    std::vector<std::unique_ptr<gv::CompletionQueue>> cqs;
+    std::vector<std::unique_ptr<gv::QueuePair>> qps;
+    Pairs(uint32_t n, gv::QpOptions o = {}, uint32_t cq_depth = 1024) : ctx(gvtest::gpu_ctx()), pd(ctx) {
         for (uint32_t i = 0; i < 2 * n; ++i) {
-            cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{cq_depth}));
+            cqs.push_back(std::make_unique<gv::CompletionQueue>(ctx, gv::CqOptions{cq_depth}));
             o.send_cq = o.recv_cq = cqs.back().get();
-            qps.push_back(std::make_unique<QueuePair>(pd, o));
+            qps.push_back(std::make_unique<gv::QueuePair>(pd, o));
         }
         for (uint32_t i = 0; i < n; ++i) {
             qps[2 * i]->connect(qps[2 * i + 1]->endpoint());
             qps[2 * i + 1]->connect(qps[2 * i]->endpoint());
         }
     }
-    std::unique_ptr<DevBuf> sender_handles() const {
-        std::vector<dev::QpHandle> h;
+    std::unique_ptr<gvtest::DevBuf> sender_handles() const {
+        std::vector<gv::dev::QpHandle> h;
         for (size_t i = 0; i < qps.size(); i += 2) h.push_back(qps[i]->device_handle());
         return upload(h);
     }
 };
 
-uint32_t bbs_sge(uint8_t opcode, uint32_t nonzero_entries) {
-    bool send = opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM;
-    return mlx5::ds_to_bbs((send ? 1 : 2) + nonzero_entries);
-}
-GV_HOST_DEVICE uint32_t bbs_inline(bool rdma, uint32_t len) {
-    return mlx5::ds_to_bbs((rdma ? 2 : 1) + mlx5::inline_ds(len));
-}
 
 /// 32-bit data word w of round r (differs from every other round's word w).
 GV_HOST_DEVICE uint32_t word_pat(uint32_t r, uint32_t w) { return r * 0x9E3779B1u ^ (w * 0x85EBCA77u + 0x1234567u); }
+
+/// The consumer block of a producer/consumer kernel: for each round r = 1..rounds, thread 0
+/// waits until done(r, *flag) (bounded: a timeout is reported, with the flag's last value
+/// and the round, and ends the loop), every thread checks round r's data in dst[0, words)
+/// (check_round), and thread 0 acknowledges with *ack = r: the producer waits for that
+/// before it overwrites dst.
+template <typename Done, typename A>
+__device__ void consume_rounds(const uint64_t* flag, Done done, const uint32_t* dst, uint32_t words, uint32_t rounds,
+                               A* ack, DevErr* err);
+
+/// Every thread of the block checks its share of dst[0, words) against round r's pattern;
+/// the first word that differs (stale data, or data of the wrong place) is reported to err.
+__device__ void check_round(const uint32_t* dst, uint32_t words, uint32_t r, DevErr* err) {
+    for (uint32_t w = threadIdx.x; w < words; w += blockDim.x) {
+        uint32_t got = gv::atom::load_relaxed(dst + w);
+        if (got != word_pat(r, w)) {
+            dev_fail(err, __LINE__, got, word_pat(r, w));
+            break;
+        }
+    }
+}
+
+template <typename Done, typename A>
+__device__ void consume_rounds(const uint64_t* flag, Done done, const uint32_t* dst, uint32_t words, uint32_t rounds,
+                               A* ack, DevErr* err) {
+    __shared__ int stop;
+    for (uint32_t r = 1; r <= rounds; ++r) {
+        if (threadIdx.x == 0) {
+            uint64_t v = 0;
+            stop = !gvtest::spin_until(flag, [&](uint64_t x) { return done(r, x); }, kWait, &v);
+            if (stop) dev_fail(err, __LINE__, (long long)v, r);
+        }
+        __syncthreads();
+        if (stop) return;
+        check_round(dst, words, r, err);
+        __syncthreads();
+        if (threadIdx.x == 0) gv::atom::store_release(ack, A(r));
+    }
+}
 
 }  // namespace

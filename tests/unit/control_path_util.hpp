@@ -14,12 +14,9 @@
 #include <typeinfo>
 #include "test_util.hpp"
 
-using namespace gv;
-using gvtest::Pair;
-
 namespace {
 
-Context cpu_ctx() { return Context(ContextOptions{Backend::Soft, -1}); }
+gv::Context cpu_ctx() { return gv::Context(gv::ContextOptions{gv::Backend::Soft, -1}); }
 constexpr uint64_t kTimeout = 5'000'000'000ull;  // 5 s, in ns
 
 /// Runs f, expects it to throw exactly E (or a subclass), returns what().
@@ -60,43 +57,43 @@ bool connectx_present() {
 
 /// Two unconnected QPs on one send and one receive CQ, for state-machine tests.
 struct Two {
-    Context ctx = cpu_ctx();
-    ProtectionDomain pd{ctx};
-    CompletionQueue scq{ctx, CqOptions{64}}, rcq{ctx, CqOptions{64}};
-    QpOptions opts() {
-        QpOptions o;
+    gv::Context ctx = cpu_ctx();
+    gv::ProtectionDomain pd{ctx};
+    gv::CompletionQueue scq{ctx, gv::CqOptions{64}}, rcq{ctx, gv::CqOptions{64}};
+    gv::QpOptions opts() {
+        gv::QpOptions o;
         o.send_cq = &scq;
         o.recv_cq = &rcq;
         return o;
     }
-    QueuePair a{pd, opts()}, b{pd, opts()};
+    gv::QueuePair a{pd, opts()}, b{pd, opts()};
 };
 
 /// Moves q from RESET to `to` along the legal path (ERROR: straight from RESET).
-void bring_to(QueuePair& q, uint32_t peer, QpState to) {
-    ASSERT_EQ(q.state(), QpState::Reset);
-    if (to == QpState::Reset) return;
-    if (to == QpState::Error) {
+void bring_to(gv::QueuePair& q, uint32_t peer, gv::QpState to) {
+    ASSERT_EQ(q.state(), gv::QpState::Reset);
+    if (to == gv::QpState::Reset) return;
+    if (to == gv::QpState::Error) {
         q.to_error();
         return;
     }
     q.to_init();
-    if (to == QpState::Init) return;
-    RtrAttr r;
+    if (to == gv::QpState::Init) return;
+    gv::RtrAttr r;
     r.remote_qpn = peer;
     q.to_rtr(r);
-    if (to == QpState::Rtr) return;
+    if (to == gv::QpState::Rtr) return;
     q.to_rts();
 }
 
 /// One signaled WRITE from a's handle, waited for; returns its completion.
-Completion write_and_wait(const dev::QpHandle& h, const void* src, uint32_t n, uint32_t lkey, void* dst,
+gv::Completion write_and_wait(const gv::dev::QpHandle& h, const void* src, uint32_t n, uint32_t lkey, void* dst,
                           uint32_t rkey) {
-    Completion c{};
-    EXPECT_EQ(dev::write(h, src, n, lkey, uint64_t(dst), rkey), Status::Ok);
-    dev::commit(h);  // QpError when the WQE failed: the completion says why
-    Status st = dev::wait_send(h, 1, &c, kTimeout);
-    EXPECT_TRUE(st == Status::Ok || st == Status::CompletionError) << status_name(st);
+    gv::Completion c{};
+    EXPECT_EQ(gv::dev::write(h, src, n, lkey, uint64_t(dst), rkey), gv::Status::Ok);
+    gv::dev::commit(h);  // QpError when the WQE failed: the completion says why
+    gv::Status st = gv::dev::wait_send(h, 1, &c, kTimeout);
+    EXPECT_TRUE(st == gv::Status::Ok || st == gv::Status::CompletionError) << gv::status_name(st);
     return c;
 }
 

@@ -5,7 +5,6 @@
 // prints together with the iteration.
 #include <endian.h>
 
-#include <cstdio>
 #include <iterator>
 #include <set>
 #include <string>
@@ -15,48 +14,17 @@
 #include "gpuverbs/device/queue_pair_device.cuh"
 #include "gpuverbs/mlx5/cqe.cuh"
 #include "gpuverbs/mlx5/wqe.cuh"
-#include "test_util.hpp"
+#include "unit/mlx5_test_util.hpp"
 
 namespace {
 
+using mlx5test::pick_pos;
+using mlx5test::Ring;
+using mlx5test::Rng;
+using mlx5test::same_bytes;
+
 constexpr uint64_t kSeed = 0x6776'6d6c'7835'0001ull;
 constexpr int kIters = 5000;
-
-struct Rng {
-    uint64_t seed;
-    std::mt19937_64 r;
-    explicit Rng(uint64_t s) : seed(s), r(s) {}
-    uint64_t u64() { return r(); }
-    uint32_t u32() { return uint32_t(r()); }
-    uint16_t u16() { return uint16_t(r()); }
-    uint8_t u8() { return uint8_t(r()); }
-    uint32_t below(uint32_t n) { return uint32_t(r() % n); }
-    void fill(void* p, size_t n) { gvtest::fill_random(static_cast<uint8_t*>(p), n, r()); }
-};
-
-// Every random test's Rng is called `rng`; a failure names its seed and iteration.
-#define TRACE_ITER(i)                 \
-    SCOPED_TRACE(::testing::Message() \
-                 << "seed=0x" << std::hex << rng.seed << std::dec << " iteration=" << (i))
-
-std::string hex(const uint8_t* p, size_t n) {
-    std::string s;
-    char b[4];
-    for (size_t i = 0; i < n; ++i) {
-        std::snprintf(b, sizeof b, "%02x%s", p[i], (i % 4 == 3 && i + 1 < n) ? " " : "");
-        s += b;
-    }
-    return s;
-}
-
-::testing::AssertionResult same_bytes(const void* got, const void* want, size_t n) {
-    const auto* g = static_cast<const uint8_t*>(got);
-    const auto* w = static_cast<const uint8_t*>(want);
-    long d = gvtest::first_diff(g, w, n);
-    if (d < 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure()
-           << "first difference at byte " << d << "\n   got: " << hex(g, n) << "\n  want: " << hex(w, n);
-}
 
 // A segment under test sits in the middle of a 48-byte window of garbage, so that stray
 // writes before or after it are caught too.
@@ -492,24 +460,6 @@ std::vector<uint8_t> oracle_wqe(uint64_t pos, uint8_t opcode, uint32_t flags, ui
     c->dci_stream_channel_id = 0;
     w.resize(16 * k);
     return w;
-}
-
-struct Ring {
-    uint32_t log_bb;
-    std::vector<uint8_t> storage;
-    uint8_t* base;
-    explicit Ring(uint32_t log) : log_bb(log), storage((64u << log) + 64) {
-        base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
-    }
-    size_t bytes() const { return size_t(64) << log_bb; }
-};
-
-// Positions that start anywhere, often in the last two blocks of the ring (where a WQE of
-// two blocks wraps), and far beyond the first pass.
-uint64_t pick_pos(Rng& rng, uint32_t ring_bb, int i) {
-    uint64_t pass = rng.u64() % (1ull << 40) / ring_bb;
-    uint64_t slot = (i % 2) ? ring_bb - 1 - rng.below(2) : rng.below(ring_bb);
-    return pass * ring_bb + slot;
 }
 
 // Segment k of the WQE at `pos` must be at ring byte (pos*64 + k*16) mod ring size, and

@@ -5,10 +5,11 @@
 // test that must ask CUDA something (ControlPathContext.MissingGpuIsAClearError) asks in a
 // child process of its own.
 //
-// Guarded twice: NoCuda.CpuOnlyWorkMakesNoCudaCall runs the whole CPU data path, and a global
-// environment fails any test process of gv_unit_tests (ctest runs one test per process) in
-// which gpuverbs made a CUDA call (Context::cuda_used). In a build without CUDA no call can be
-// made: the guard matters in the CUDA build, whose CPU tests run on every machine.
+// Guarded twice: NoCuda.CpuOnlyWorkMakesNoCudaCall runs the whole CPU data path, and
+// no_cuda_guard.cpp, linked into every CPU test binary, fails any of their test processes
+// (ctest runs one test per process) in which gpuverbs made a CUDA call (Context::cuda_used).
+// In a build without CUDA no call can be made: the guard matters in the CUDA build, whose CPU
+// tests run on every machine.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,18 +24,6 @@
 using namespace gv;
 
 namespace {
-
-class NoCudaInCpuTests : public ::testing::Environment {
-public:
-    void TearDown() override {
-        EXPECT_FALSE(Context::cuda_used())
-            << "a CPU test made a CUDA call (through gpuverbs): CPU tests pass ContextOptions::gpu = -1 "
-               "and ask CUDA nothing in the test process (do it in a child: see "
-               "ControlPathContext.MissingGpuIsAClearError)";
-    }
-};
-
-::testing::Environment* const kNoCuda = ::testing::AddGlobalTestEnvironment(new NoCudaInCpuTests);
 
 /// One WRITE from a to b on a CPU pair, checked; "" or what failed.
 std::string write_once(gvtest::Pair& p, uint8_t* src, uint8_t* dst, size_t n) {

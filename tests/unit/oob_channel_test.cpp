@@ -3,6 +3,9 @@
 
 using namespace gv;
 using namespace gv::oob;
+using gvtest::Clock;
+using gvtest::ms_since;
+using gvtest::spawn;
 
 // =============================================================================================
 // TCP channel

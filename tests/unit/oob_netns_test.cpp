@@ -3,6 +3,7 @@
 
 using namespace gv;
 using namespace gv::oob;
+using gvtest::spawn;
 
 // =============================================================================================
 // Network namespaces: server and client in two namespaces joined by a veth pair.

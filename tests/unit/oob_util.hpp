@@ -23,29 +23,23 @@
 #include "proc_util.hpp"
 #include "test_util.hpp"
 
-using namespace gv;
-using namespace gv::oob;
-
 namespace {
-
-using gvtest::Clock;
-using gvtest::ms_since;
 
 // ----- random and hand-built records -----
 
-QpEndpoint random_endpoint(std::mt19937_64& r) {
-    static const Backend backends[] = {Backend::Soft, Backend::Mlx5, Backend::Verbs};
+gv::QpEndpoint random_endpoint(std::mt19937_64& r) {
+    static const gv::Backend backends[] = {gv::Backend::Soft, gv::Backend::Mlx5, gv::Backend::Verbs};
     static const uint32_t mtus[] = {256, 512, 1024, 2048, 4096};
-    QpEndpoint e;
+    gv::QpEndpoint e;
     e.backend = backends[r() % 3];
     e.qpn = uint32_t(r() & 0xFFFFFF);
     e.psn = uint32_t(r() & 0xFFFFFF);
     e.lid = uint16_t(r());
     for (auto& g : e.gid) g = uint8_t(r());
     e.mtu = mtus[r() % 5];
-    size_t n = r() % (kMaxDeviceName + 1);
+    size_t n = r() % (gv::oob::kMaxDeviceName + 1);
     for (size_t i = 0; i < n; ++i) e.device.push_back(char(0x20 + r() % 95));
-    if (e.backend == Backend::Soft && r() % 3) {  // a software-device locator, often with an arena
+    if (e.backend == gv::Backend::Soft && r() % 3) {  // a software-device locator, often with an arena
         gv::detail::soft::Locator l;
         l.pid = 1 + uint32_t(r() % 4194304);
         if (r() % 4) {
@@ -60,38 +54,38 @@ QpEndpoint random_endpoint(std::mt19937_64& r) {
     return e;
 }
 
-RemoteBuffer random_buffer(std::mt19937_64& r) {
-    RemoteBuffer b;
+gv::RemoteBuffer random_buffer(std::mt19937_64& r) {
+    gv::RemoteBuffer b;
     b.addr = r() >> 1;
     b.length = 1 + (r() >> 24);  // addr < 2^63, length < 2^40: never wraps
     b.rkey = uint32_t(r());
-    b.access = uint32_t(r() & kAllAccess);
+    b.access = uint32_t(r() & gv::kAllAccess);
     return b;
 }
 
-std::vector<QpEndpoint> make_qps(uint64_t seed, size_t n, Backend backend) {
+std::vector<gv::QpEndpoint> make_qps(uint64_t seed, size_t n, gv::Backend backend) {
     std::mt19937_64 r(seed);
-    std::vector<QpEndpoint> v;
+    std::vector<gv::QpEndpoint> v;
     for (size_t i = 0; i < n; ++i) {
         v.push_back(random_endpoint(r));
         v.back().backend = backend;
-        if (backend != Backend::Soft) v.back().extra = EndpointExtra{};
+        if (backend != gv::Backend::Soft) v.back().extra = gv::EndpointExtra{};
     }
     return v;
 }
 
-std::vector<RemoteBuffer> make_buffers(uint64_t seed, size_t n) {
+std::vector<gv::RemoteBuffer> make_buffers(uint64_t seed, size_t n) {
     std::mt19937_64 r(seed);
-    std::vector<RemoteBuffer> v;
+    std::vector<gv::RemoteBuffer> v;
     for (size_t i = 0; i < n; ++i) v.push_back(random_buffer(r));
     return v;
 }
 
-bool same(const QpEndpoint& a, const QpEndpoint& b) {
+bool same(const gv::QpEndpoint& a, const gv::QpEndpoint& b) {
     return a.backend == b.backend && a.qpn == b.qpn && a.psn == b.psn && a.lid == b.lid && a.gid == b.gid &&
            a.mtu == b.mtu && a.device == b.device && a.extra == b.extra;
 }
-bool same(const RemoteBuffer& a, const RemoteBuffer& b) {
+bool same(const gv::RemoteBuffer& a, const gv::RemoteBuffer& b) {
     return a.addr == b.addr && a.length == b.length && a.rkey == b.rkey && a.access == b.access;
 }
 template <class T>
@@ -116,7 +110,7 @@ std::vector<uint8_t> raw_record(uint32_t magic, uint16_t version, uint16_t type,
     put16(b, type);
     put32(b, payload_len == -1 ? uint32_t(payload.size()) : uint32_t(payload_len));
     b.insert(b.end(), payload.begin(), payload.end());
-    put32(b, fix_crc ? crc32(b.data(), b.size()) : 0xDEADBEEF);
+    put32(b, fix_crc ? gv::oob::crc32(b.data(), b.size()) : 0xDEADBEEF);
     return b;
 }
 
@@ -154,7 +148,7 @@ std::vector<uint8_t> qp_payload(const QpFields& f) {
     p.insert(p.end(), f.name.begin(), f.name.end());
     return p;
 }
-std::vector<uint8_t> raw_qp(const QpFields& f) { return raw_record(kQpRecordMagic, kRecordVersion, 1, qp_payload(f)); }
+std::vector<uint8_t> raw_qp(const QpFields& f) { return raw_record(gv::oob::kQpRecordMagic, gv::oob::kRecordVersion, 1, qp_payload(f)); }
 
 std::vector<uint8_t> raw_memory(uint64_t addr, uint64_t length, uint32_t rkey, uint32_t access) {
     std::vector<uint8_t> p;
@@ -162,28 +156,28 @@ std::vector<uint8_t> raw_memory(uint64_t addr, uint64_t length, uint32_t rkey, u
     put64(p, length);
     put32(p, rkey);
     put32(p, access);
-    return raw_record(kMemoryRecordMagic, kRecordVersion, 2, p);
+    return raw_record(gv::oob::kMemoryRecordMagic, gv::oob::kRecordVersion, 2, p);
 }
 
 std::vector<uint8_t> raw_hello(uint32_t nqp, uint32_t nmem, uint8_t backend, uint8_t r1 = 0,
-                               uint16_t version = kRecordVersion) {
+                               uint16_t version = gv::oob::kRecordVersion) {
     std::vector<uint8_t> p;
     put32(p, nqp);
     put32(p, nmem);
     p.push_back(backend);
     p.push_back(r1), p.push_back(0), p.push_back(0);
-    return raw_record(kHelloMagic, version, 3, p);
+    return raw_record(gv::oob::kHelloMagic, version, 3, p);
 }
 
-/// The RemoteError message f throws, or a marker saying it threw something else or nothing.
+/// The gv::RemoteError message f throws, or a marker saying it threw something else or nothing.
 template <class F>
 std::string remote_error(F&& f) {
     try {
         f();
-    } catch (const RemoteError& e) {
+    } catch (const gv::RemoteError& e) {
         return e.what();
     } catch (const std::exception& e) {
-        return std::string("<not a RemoteError: ") + e.what() + ">";
+        return std::string("<not a gv::RemoteError: ") + e.what() + ">";
     }
     return "<no exception>";
 }
@@ -197,7 +191,6 @@ std::string parse_error(const std::vector<uint8_t>& b) {
 
 // ----- sockets and processes -----
 
-using gvtest::spawn;
 int wait_child(pid_t pid, int timeout_ms = 15000) { return gvtest::wait_child(pid, timeout_ms); }
 
 void expect_exit_ok(int st, const char* who) {
@@ -219,7 +212,7 @@ std::vector<uint8_t> framed(const std::vector<uint8_t>& m) {
 
 /// A port nobody listens on (bound and released; the kernel does not hand it out right away).
 uint16_t closed_port() {
-    Listener l = Channel::listen(0);
+    gv::oob::Listener l = gv::oob::Channel::listen(0);
     return l.port();
 }
 
@@ -304,10 +297,10 @@ private:
 
 /// A connected pair of channels on loopback.
 struct Loop {
-    Listener listener = Channel::listen(0);
-    Channel client, server;
+    gv::oob::Listener listener = gv::oob::Channel::listen(0);
+    gv::oob::Channel client, server;
     Loop() {
-        Background t([&] { client = Channel::connect("127.0.0.1", listener.port(), 5000); });
+        Background t([&] { client = gv::oob::Channel::connect("127.0.0.1", listener.port(), 5000); });
         server = listener.accept(5000);
         std::string err = t.join();
         if (!err.empty()) throw std::runtime_error("loopback connect failed: " + err);

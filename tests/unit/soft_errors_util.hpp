@@ -1,4 +1,6 @@
 // Shared by the software-device error tests (soft_errors_test.cpp, soft_errors_rnr_test.cpp).
+// (The error cases every backend shares, and their harness, are the traffic suite's:
+// tests/traffic/traffic_suite.inc, ErrorCase.)
 #pragma once
 
 #include <atomic>
@@ -6,10 +8,6 @@
 #include <functional>
 #include <thread>
 #include "test_util.hpp"
-
-using namespace gv;
-using gvtest::HostBuf;
-using gvtest::Pair;
 
 namespace {
 constexpr uint64_t kTimeout = 5'000'000'000ull;  // 5 s
@@ -24,23 +22,23 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 /// good WRITE posted before the bad WQE fills.
 struct Env {
     static constexpr size_t kTgt = 4096, kLen = 256, kSize = 16384;
-    Pair p;
-    HostBuf src, dst, back, pre;
+    gvtest::Pair p;
+    gvtest::HostBuf src, dst, back, pre;
     std::vector<uint8_t> src0, dst0, back0;
     unsigned long long bad_pos = 0;
 
-    explicit Env(QpOptions o = {}, const InitAttr& peer_init = {}, bool connect_peer = true)
-        : p(gvtest::cpu_context(), o, MemoryKind::Default, 64, false),
-          src(p.pd, kSize, kLocalWrite),
-          dst(p.pd, kSize, kAllAccess),
-          back(p.pd, kSize, kLocalWrite),
-          pre(p.pd, kLen, kAllAccess) {
+    explicit Env(gv::QpOptions o = {}, const gv::InitAttr& peer_init = {}, bool connect_peer = true)
+        : p(gvtest::cpu_context(), o, gv::MemoryKind::Default, 64, false),
+          src(p.pd, kSize, gv::kLocalWrite),
+          dst(p.pd, kSize, gv::kAllAccess),
+          back(p.pd, kSize, gv::kLocalWrite),
+          pre(p.pd, kLen, gv::kAllAccess) {
         gvtest::fill_random(src.data(), src.size(), 99);
         p.qp[0]->connect(p.qp[1]->endpoint());
         if (connect_peer) p.qp[1]->connect(p.qp[0]->endpoint(), peer_init);
     }
-    dev::QpHandle a() const { return p.h(0); }
-    dev::QpHandle b() const { return p.h(1); }
+    gv::dev::QpHandle a() const { return p.h(0); }
+    gv::dev::QpHandle b() const { return p.h(1); }
 
     /// Runs one error case: a good signaled WRITE (a NOP when `pre_nop`: the case fails
     /// every WRITE), the bad WQE `post_bad` posts, then a WRITE, a READ and a NOP
@@ -51,10 +49,10 @@ struct Env {
         auto h = a();
         const uint32_t qpn = p.qp[0]->qpn();
         if (pre_nop) {
-            ASSERT_EQ(dev::nop(h), Status::Ok);
+            ASSERT_EQ(gv::dev::nop(h), gv::Status::Ok);
             std::memcpy(pre.data(), src.at(0), kLen);
         } else {
-            ASSERT_EQ(dev::write(h, src.at(0), kLen, src.lkey(), pre.addr(), pre.rkey()), Status::Ok);
+            ASSERT_EQ(gv::dev::write(h, src.at(0), kLen, src.lkey(), pre.addr(), pre.rkey()), gv::Status::Ok);
         }
         src0 = src.bytes;
         dst0 = dst.bytes;
@@ -63,20 +61,20 @@ struct Env {
         post_bad();
         const unsigned long long after = gvtest::sq_pos(h);
         ASSERT_GT(after, bad_pos) << "the bad WQE was not posted";
-        ASSERT_EQ(dev::write(h, src.at(0), kLen, src.lkey(), dst.addr(kTgt + 1024), dst.rkey(), 0),
-                  Status::Ok);
-        ASSERT_EQ(dev::read(h, back.at(0), kLen, back.lkey(), dst.addr(0), dst.rkey()), Status::Ok);
-        ASSERT_EQ(dev::nop(h, 0), Status::Ok);
-        EXPECT_EQ(dev::commit(h), Status::QpError);
+        ASSERT_EQ(gv::dev::write(h, src.at(0), kLen, src.lkey(), dst.addr(kTgt + 1024), dst.rkey(), 0),
+                  gv::Status::Ok);
+        ASSERT_EQ(gv::dev::read(h, back.at(0), kLen, back.lkey(), dst.addr(0), dst.rkey()), gv::Status::Ok);
+        ASSERT_EQ(gv::dev::nop(h, 0), gv::Status::Ok);
+        EXPECT_EQ(gv::dev::commit(h), gv::Status::QpError);
 
-        Completion c[5];
+        gv::Completion c[5];
         uint32_t got = 0;
-        ASSERT_EQ(dev::wait_send(h, 5, c, kTimeout, &got), Status::CompletionError) << got << " completions";
-        EXPECT_TRUE(c[0].ok()) << mlx5::syndrome_name(c[0].status);
+        ASSERT_EQ(gv::dev::wait_send(h, 5, c, kTimeout, &got), gv::Status::CompletionError) << got << " completions";
+        EXPECT_TRUE(c[0].ok()) << gv::mlx5::syndrome_name(c[0].status);
         EXPECT_EQ(c[0].wqe_counter, uint16_t(bad_pos - 1));
         EXPECT_EQ(c[1].cqe_opcode, MLX5_CQE_REQ_ERR);
         EXPECT_EQ(c[1].status, syndrome)
-            << "got " << mlx5::syndrome_name(c[1].status) << ", expected " << mlx5::syndrome_name(syndrome);
+            << "got " << gv::mlx5::syndrome_name(c[1].status) << ", expected " << gv::mlx5::syndrome_name(syndrome);
         EXPECT_EQ(c[1].wqe_opcode, wqe_opcode);
         EXPECT_EQ(c[1].wqe_counter, uint16_t(bad_pos));
         EXPECT_EQ(c[1].qpn, qpn);
@@ -88,13 +86,13 @@ struct Env {
             EXPECT_EQ(c[2 + i].wqe_counter, uint16_t(after + i)) << "follower " << i;
             EXPECT_EQ(c[2 + i].qpn, qpn);
         }
-        EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+        EXPECT_EQ(p.qp[0]->state(), gv::QpState::Error);
         EXPECT_EQ(p.qp[0]->error_syndrome(), syndrome);
         // Nothing more, and work posted in ERROR is flushed as soon as it is committed.
-        EXPECT_EQ(dev::poll_cq(h.scq, c, 1), 0u);
-        ASSERT_EQ(dev::nop(h), Status::Ok);
-        EXPECT_EQ(dev::commit(h), Status::QpError);
-        ASSERT_EQ(dev::wait_send(h, 1, c, kTimeout), Status::CompletionError);
+        EXPECT_EQ(gv::dev::poll_cq(h.scq, c, 1), 0u);
+        ASSERT_EQ(gv::dev::nop(h), gv::Status::Ok);
+        EXPECT_EQ(gv::dev::commit(h), gv::Status::QpError);
+        ASSERT_EQ(gv::dev::wait_send(h, 1, c, kTimeout), gv::Status::CompletionError);
         EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
         EXPECT_EQ(c[0].wqe_counter, uint16_t(after + 3));
 
@@ -107,12 +105,12 @@ struct Env {
 };
 
 /// Posts a WQE with only a ctrl segment (ds as given), as a corrupted or hostile poster.
-void post_raw_ctrl(const dev::QpHandle& h, uint8_t opcode, uint32_t qpn, uint8_t ds, int index_skew = 0) {
+void post_raw_ctrl(const gv::dev::QpHandle& h, uint8_t opcode, uint32_t qpn, uint8_t ds, int index_skew = 0) {
     unsigned long long pos = 0;
-    ASSERT_EQ(dev::sq_reserve(h, 1, &pos, kTimeout), Status::Ok);
-    std::memset(dev::sq_seg(h, pos, 0), 0, 64);
-    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(dev::sq_seg(h, pos, 0)),
+    ASSERT_EQ(gv::dev::sq_reserve(h, 1, &pos, kTimeout), gv::Status::Ok);
+    std::memset(gv::dev::sq_seg(h, pos, 0), 0, 64);
+    gv::mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(gv::dev::sq_seg(h, pos, 0)),
                        uint16_t(pos + index_skew), opcode, 0, qpn, MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, 0);
-    dev::sq_publish(h, pos, 1);
+    gv::dev::sq_publish(h, pos, 1);
 }
 }  // namespace

@@ -105,6 +105,7 @@ enum class HostDoorbell : uint32_t {
     SendQueue = 0,  ///< execute the send queue's published WQEs
     RecvQueue = 1,  ///< a receive was posted: flush it in ERROR, retry a sender waiting for it
     Flush = 2,      ///< the QP entered ERROR: flush everything outstanding
+    Drive = 3,      ///< a CPU thread waits: retry a send waiting under RNR rules, flush in ERROR
 };
 
 /// The software device's part of a QP handle.

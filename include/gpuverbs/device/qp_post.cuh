@@ -120,9 +120,10 @@ GV_HOST_DEVICE void build_inline_wqe(const QpHandle& qp, unsigned long long pos,
     if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
     mlx5::set_inline_hdr(reinterpret_cast<mlx5_wqe_inl_data_seg*>(sq_seg(qp, pos, k)), len);
     const auto* src = static_cast<const uint8_t*>(data);
-    uint64_t ring = 64ull << qp.q.sq_log_bb;
-    uint64_t off = (pos * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
-    for (uint32_t i = 0; i < len; ++i) qp.q.sq[(off + i) & (ring - 1)] = src[i];
+    // The payload may run past the ring's end and continue at its start (two pieces).
+    const mlx5::InlineLayout l = mlx5::inline_layout(qp.q.sq_log_bb, pos, k, len);
+    for (uint32_t i = 0; i < l.first; ++i) qp.q.sq[l.offset + i] = src[i];
+    for (uint32_t i = 0; i < l.second; ++i) qp.q.sq[i] = src[l.first + i];
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
                        qp.q.qpn, fm_ce_se(flags), uint8_t(ds), 0, mlx5::to_be32(imm));
 }

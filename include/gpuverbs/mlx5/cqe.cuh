@@ -1,7 +1,11 @@
-// The mlx5 completion layer: 64-byte CQEs with an owner bit, decoded into a Completion.
+// The mlx5 completion layer: 64-byte CQEs with an owner bit, written from CqeFields by
+// whoever produces completions (the software device, a proxy thread) and decoded into a
+// Completion by pollers.
 #pragma once
 
 #include <infiniband/mlx5dv.h>
+
+#include <cstring>
 
 #include "gpuverbs/completion.hpp"
 #include "gpuverbs/mlx5/wqe.cuh"
@@ -40,6 +44,53 @@ GV_HOST_DEVICE bool cqe_ready(const mlx5_cqe64* cqe, uint32_t ci, uint32_t log_c
     *op_own_out = op_own;
     return cqe_opcode(op_own) != MLX5_CQE_INVALID &&
            (op_own & MLX5_CQE_OWNER_MASK) == sw_owner(ci, log_cnt);
+}
+
+/// What one CQE says, in host order: the fields write_cqe() encodes. Success CQEs
+/// (MLX5_CQE_REQ, MLX5_CQE_RESP_*) carry byte_cnt, imm_be and rqpn; error CQEs
+/// (MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR) carry syndrome and vendor_err instead.
+struct CqeFields {
+    uint8_t cqe_opcode;    ///< MLX5_CQE_REQ, MLX5_CQE_RESP_*, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR
+    uint8_t syndrome;      ///< error CQEs: MLX5_CQE_SYNDROME_*
+    uint8_t vendor_err;    ///< error CQEs: vendor syndrome (0 unless a device reported one)
+    uint8_t wqe_opcode;    ///< requester CQEs: the WQE's opcode (0 for responder ones)
+    uint16_t wqe_counter;  ///< the WQE's index (send) or the receive queue's index
+    uint32_t qpn;          ///< the QP the completion belongs to (24 bits)
+    uint32_t byte_cnt;
+    uint32_t imm_be;       ///< immediate data in wire order, as the WQE carried it
+    uint32_t rqpn;         ///< responder CQEs: the sending QP (24 bits)
+};
+
+/// Writes one CQE into `slot` with the owner bit `owner` (sw_owner() of the slot's
+/// producer index): 60 bytes with relaxed stores, then the word holding op_own with a
+/// release store, so a consumer that sees the new owner (cqe_ready's acquire) sees the
+/// rest. Bytes of the layout the CQE kind leaves unused are zeroed. `sys`: the ring is
+/// host memory or a NIC/CPU reads it (system-scope ordering).
+GV_HOST_DEVICE void write_cqe(mlx5_cqe64* slot, const CqeFields& f, uint8_t owner, bool sys) {
+    uint32_t w[16] = {};
+    if (f.cqe_opcode == MLX5_CQE_REQ_ERR || f.cqe_opcode == MLX5_CQE_RESP_ERR) {
+        mlx5_err_cqe e;
+        std::memset(&e, 0, sizeof(e));
+        e.syndrome = f.syndrome;
+        e.vendor_err_synd = f.vendor_err;
+        e.s_wqe_opcode_qpn = to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
+        std::memcpy(w, &e, sizeof(e));
+    } else {
+        mlx5_cqe64 c;
+        std::memset(&c, 0, sizeof(c));
+        c.imm_inval_pkey = f.imm_be;
+        c.byte_cnt = to_be32(f.byte_cnt);
+        c.sop_drop_qpn = to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
+        c.flags_rqpn = to_be32(f.rqpn & 0xffffff);
+        std::memcpy(w, &c, sizeof(c));
+    }
+    auto* dst = reinterpret_cast<uint32_t*>(slot);
+    for (int i = 0; i < 15; ++i) atom::store_relaxed(&dst[i], w[i], sys);
+    // The last word holds wqe_counter, signature and op_own. Release: the consumer that
+    // acquires op_own sees the other 60 bytes.
+    const uint8_t op_own = uint8_t((f.cqe_opcode << 4) | (owner & MLX5_CQE_OWNER_MASK));
+    const uint32_t last = uint32_t(to_be16(f.wqe_counter)) | (uint32_t(op_own) << 24);
+    atom::store_release(&dst[15], last, sys);
 }
 
 /// Decodes a CQE that cqe_ready() accepted.

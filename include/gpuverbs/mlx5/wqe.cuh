@@ -94,17 +94,47 @@ GV_HOST_DEVICE void set_inline_hdr(mlx5_wqe_inl_data_seg* seg, uint32_t length) 
 /// ds count of an inline payload of `len` bytes (4-byte header + payload, 16-byte units).
 GV_HOST_DEVICE uint32_t inline_ds(uint32_t len) { return (4 + len + kDs - 1) / kDs; }
 
-/// Address of the k-th 16-byte unit of the WQE at WQEBB position `pos_bb` in a send ring of
-/// 2^log_bb WQEBBs. A WQE that runs past the ring's end continues at its start, as on mlx5.
-GV_HOST_DEVICE uint8_t* wqe_seg(uint8_t* ring, uint32_t log_bb, unsigned long long pos_bb, uint32_t k) {
+/// Byte offset of the k-th 16-byte unit of the WQE at WQEBB position `pos_bb` in a send ring
+/// of 2^log_bb WQEBBs. A WQE that runs past the ring's end continues at its start, as on
+/// mlx5: positions count WQEBBs forever, and the ring's size (a power of two) masks them.
+GV_HOST_DEVICE uint64_t wqe_offset(uint32_t log_bb, unsigned long long pos_bb, uint32_t k) {
     const uint64_t bytes = uint64_t(kWqeBb) << log_bb;
-    return ring + ((pos_bb * kWqeBb + uint64_t(k) * kDs) & (bytes - 1));
+    return (pos_bb * kWqeBb + uint64_t(k) * kDs) & (bytes - 1);
+}
+
+/// Address of the k-th 16-byte unit of the WQE at WQEBB position `pos_bb` (wqe_offset).
+GV_HOST_DEVICE uint8_t* wqe_seg(uint8_t* ring, uint32_t log_bb, unsigned long long pos_bb, uint32_t k) {
+    return ring + wqe_offset(log_bb, pos_bb, k);
+}
+GV_HOST_DEVICE const uint8_t* wqe_seg(const uint8_t* ring, uint32_t log_bb, unsigned long long pos_bb,
+                                      uint32_t k) {
+    return ring + wqe_offset(log_bb, pos_bb, k);
+}
+
+/// Where the payload of an inline segment lies in the ring: it starts 4 bytes into unit k
+/// (after the inline header) and may run past the ring's end, where it continues at the
+/// ring's start. So it is up to two pieces: `first` bytes at ring offset `offset`, then
+/// `second` bytes at offset 0. The one place both the builder and the reader of inline
+/// WQEs take this from.
+struct InlineLayout {
+    uint64_t offset;
+    uint32_t first;
+    uint32_t second;
+};
+
+GV_HOST_DEVICE InlineLayout inline_layout(uint32_t log_bb, unsigned long long pos_bb, uint32_t k, uint32_t len) {
+    const uint64_t bytes = uint64_t(kWqeBb) << log_bb;
+    // The header is 4 bytes into a 16-byte unit, so offset + 4 never reaches the ring's end.
+    const uint64_t off = wqe_offset(log_bb, pos_bb, k) + sizeof(mlx5_wqe_inl_data_seg);
+    const uint64_t room = bytes - off;  // bytes before the ring's end
+    const uint32_t first = len < room ? len : uint32_t(room);
+    return {off, first, len - first};
 }
 
 /// WQEBBs a WQE of `ds` 16-byte units occupies.
 GV_HOST_DEVICE uint32_t ds_to_bbs(uint32_t ds) { return (ds * kDs + kWqeBb - 1) / kWqeBb; }
 
-// ---- decoding a posted WQE (used by the software device and by tests) ---------------
+// ---- decoding segments (a whole WQE: wqe_reader.cuh) --------------------------------
 struct CtrlFields {
     uint8_t opcode;
     uint8_t opmod;
@@ -129,6 +159,41 @@ GV_HOST_DEVICE CtrlFields read_ctrl_seg(const mlx5_wqe_ctrl_seg* seg) {
     c.fm_ce_se = uint8_t(w2 >> 24);
     c.imm_be = w[3];
     return c;
+}
+
+struct RaddrFields {
+    uint64_t raddr;
+    uint32_t rkey;
+};
+
+struct AtomicFields {
+    uint64_t swap_add;  ///< the value to add (fetch-add) or to store (compare-and-swap)
+    uint64_t compare;
+};
+
+struct DataFields {
+    uint64_t addr;
+    uint32_t byte_count;  ///< as on the wire: 0 means 2 GiB (data_len), bit 31 marks inline
+    uint32_t lkey;
+};
+
+/// Largest message (all data segments of one WQE together): 2 GiB.
+inline constexpr uint64_t kMaxMessage = 0x80000000ull;
+
+/// Bytes a data segment's byte_count describes: 0 means 2 GiB on mlx5.
+GV_HOST_DEVICE uint64_t data_len(uint32_t byte_count) { return byte_count ? byte_count : kMaxMessage; }
+
+GV_HOST_DEVICE RaddrFields read_raddr_seg(const mlx5_wqe_raddr_seg* seg) {
+    return {from_be64(seg->raddr), from_be32(seg->rkey)};
+}
+
+GV_HOST_DEVICE AtomicFields read_atomic_seg(const mlx5_wqe_atomic_seg* seg) {
+    return {from_be64(seg->swap_add), from_be64(seg->compare)};
+}
+
+/// Decodes a data segment of a send WQE or of a receive WQE's scatter list.
+GV_HOST_DEVICE DataFields read_data_seg(const mlx5_wqe_data_seg* seg) {
+    return {from_be64(seg->addr), from_be32(seg->byte_count), from_be32(seg->lkey)};
 }
 
 // ---- doorbells ----------------------------------------------------------------------

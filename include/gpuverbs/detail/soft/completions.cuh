@@ -1,5 +1,6 @@
-// Completions (CQE writing), the receive queue, flushing and entering ERROR.
-// Part of the software device's executor (gpuverbs/soft/exec.cuh).
+// Completions (the CQ's slots; the CQE format is mlx5/cqe.cuh), the receive queue,
+// flushing and entering ERROR.
+// Part of the software device's executor (gpuverbs/detail/soft/exec.cuh).
 #pragma once
 
 #include "gpuverbs/mlx5/cqe.cuh"
@@ -10,20 +11,10 @@ namespace gv::detail::soft {
 
 // ---- completions --------------------------------------------------------------------
 
-struct CqeFields {
-    uint8_t cqe_opcode;
-    uint8_t syndrome;
-    uint8_t wqe_opcode;
-    uint16_t wqe_counter;
-    uint32_t qpn;
-    uint32_t byte_cnt;
-    uint32_t imm_be;
-    uint32_t rqpn;
-};
-
-/// Writes one CQE. Returns false when the ring is full (overrun): the completion is
-/// lost, as on a NIC, and the CQ is marked so pollers report it.
-GV_HOST_DEVICE bool cq_push(CqState* cq, const CqeFields& f) {
+/// Writes one CQE into the CQ (mlx5::write_cqe formats it). Returns false when the ring is
+/// full (overrun): the completion is lost, as on a NIC, and the CQ is marked so pollers
+/// report it.
+GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     const uint32_t cnt = 1u << cq->log_cnt;
     // Slot reservation: several executors may complete into one CQ at once.
     unsigned long long slot = atom::fetch_add(&cq->prod, 1ull);
@@ -36,30 +27,10 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const CqeFields& f) {
         atom::store_release(cq->overrun, 1u, cq->sys != 0);
         return false;
     }
-    uint32_t w[16] = {};
-    if (f.cqe_opcode == MLX5_CQE_REQ_ERR || f.cqe_opcode == MLX5_CQE_RESP_ERR) {
-        mlx5_err_cqe e;
-        std::memset(&e, 0, sizeof(e));
-        e.syndrome = f.syndrome;
-        e.s_wqe_opcode_qpn = mlx5::to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
-        std::memcpy(w, &e, sizeof(e));
-    } else {
-        mlx5_cqe64 c;
-        std::memset(&c, 0, sizeof(c));
-        c.imm_inval_pkey = f.imm_be;
-        c.byte_cnt = mlx5::to_be32(f.byte_cnt);
-        c.sop_drop_qpn = mlx5::to_be32((uint32_t(f.wqe_opcode) << 24) | (f.qpn & 0xffffff));
-        c.flags_rqpn = mlx5::to_be32(f.rqpn & 0xffffff);
-        std::memcpy(w, &c, sizeof(c));
-    }
-    auto* dst = reinterpret_cast<uint32_t*>(&cq->cqes[slot & (cnt - 1)]);
-    for (int i = 0; i < 15; ++i) atom::store_relaxed(&dst[i], w[i], cq->sys != 0);
-    // The last word holds wqe_counter, signature and op_own. Release: the consumer that
-    // acquires op_own sees the other 60 bytes.
-    uint8_t owner = uint8_t((slot >> cq->log_cnt) & 1);
-    uint8_t op_own = uint8_t((f.cqe_opcode << 4) | owner);
-    uint32_t last = uint32_t(mlx5::to_be16(f.wqe_counter)) | (uint32_t(op_own) << 24);
-    atom::store_release(&dst[15], last, cq->sys != 0);
+    // The owner bit flips with every pass over the ring; the low 32 bits of the slot
+    // number carry it (log_cnt < 32).
+    mlx5::write_cqe(&cq->cqes[slot & (cnt - 1)], f, mlx5::sw_owner(uint32_t(slot), cq->log_cnt),
+                    cq->sys != 0);
     return true;
 }
 
@@ -81,7 +52,7 @@ GV_HOST_DEVICE void flush_rq(QpContext* q) {
         unsigned long long c = atom::load_acquire(&q->rq_ci);
         if (rq_pending(q, c) == 0) return;
         if (!atom::cas(&q->rq_ci, c, c + 1)) continue;
-        CqeFields f{};
+        mlx5::CqeFields f{};
         f.cqe_opcode = MLX5_CQE_RESP_ERR;
         f.syndrome = MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
         f.wqe_counter = uint16_t(c);

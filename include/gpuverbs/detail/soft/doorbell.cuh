@@ -47,11 +47,15 @@ GV_HOST_DEVICE void ring_recv(const dev::QpHandle& qp) {
 }
 
 /// A waiter found nothing to poll: retry a send waiting for a receive (RNR), flush a QP in
-/// ERROR. Cheap when there is nothing to do. No-op for a CPU thread on a GPU device.
+/// ERROR. Cheap when there is nothing to do. A CPU thread on a GPU device asks for a launch
+/// (the host side rate-limits those), so that RNR retries also run out for a CPU waiter.
 GV_HOST_DEVICE void drive(const dev::QpHandle& qp) {
     if (qp.soft.ctx == nullptr) return;
 #if !GV_DEVICE_CODE
-    if (qp.soft.host_doorbell) return;
+    if (qp.soft.host_doorbell) {
+        qp.soft.host_doorbell(qp.soft.host_arg, dev::HostDoorbell::Drive);
+        return;
+    }
 #endif
     if (needs_progress(qp.soft.ctx)) {
         progress(qp.soft.ctx, ThreadGroup{});

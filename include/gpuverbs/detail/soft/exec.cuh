@@ -3,19 +3,35 @@
 // Written once for CUDA thread groups and CPU threads. Whoever rings a QP's doorbell
 // (commits) tries to take the QP's execution lock; the holder drains every WQE published
 // on the QP in order, then re-checks for work published while it held the lock, so two
-// committers never reorder a QP and no published WQE is left behind. The group's leader
-// parses and validates each WQE and fills a copy plan; every thread of the group copies
-// its share; a fence and a group barrier separate consecutive WQEs (RC ordering).
+// committers never reorder a QP and no published WQE is left behind. Per WQE: the group's
+// leader reads and validates it (mlx5::WqeReader: the format's decoding and structural
+// checks), checks it against the device's state (regions, access, the peer, its receive
+// queue) and fills a copy plan; every thread of the group copies its share; a fence and a
+// group barrier separate consecutive WQEs (RC ordering); the leader completes it.
 //
-// The pieces it builds on: groups.cuh (execution groups, cooperative copy), mr_check.cuh
-// (memory-region checks, the leader's caches), completions.cuh (CQEs, receive queue, flush).
+// The pieces it builds on: mlx5/wqe_reader.cuh (reading WQEs), detail/group.cuh and
+// copy.cuh (execution groups, cooperative copy), mr_check.cuh (memory-region checks, the
+// leader's caches), completions.cuh (CQ slots, receive queue, flush; the CQE format is
+// mlx5/cqe.cuh).
 #pragma once
 
 #include "gpuverbs/detail/soft/completions.cuh"
+#include "gpuverbs/mlx5/wqe_reader.cuh"
 
 namespace gv::detail::soft {
 
 // ---- the send-queue executor --------------------------------------------------------
+//
+// Per WQE the leader reads, validates and plans (prepare), the group copies (drain), and the
+// leader completes (finish):
+//   next_published  is a WQE published at sq_ci? (the doorbell record, once per drain)
+//   check_header    size, flush in ERROR, ctrl segment (mlx5::WqeReader's checks)
+//   run_atomic      an atomic's regions, and the 8-byte operation itself
+//   resolve_local   the gather (READ: scatter) list's regions, or the inline payload
+//   plan_rdma       the peer's region and access; the copies of a WRITE or READ
+//   take_receive    claim the peer's next receive, under the RNR rules
+//   plan_scatter    the copies of a SEND, over the receive's scatter list
+//   finish          responder and requester CQEs, sq_ci, ERROR
 
 enum Action : uint32_t {
     kStop = 0,     ///< nothing (more) to execute now
@@ -23,315 +39,351 @@ enum Action : uint32_t {
     kRnrWait = 2,  ///< the WQE at sq_ci waits for a receive on the peer
 };
 
-GV_HOST_DEVICE uint8_t* sq_seg(const QpContext* q, unsigned long long pos_bb, uint32_t k) {
-    return mlx5::wqe_seg(q->sq, q->sq_log_bb, pos_bb, k);
-}
-
-
-/// Validates the WQE at sq_ci and plans its data movement. Leader only.
-GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
-    Outcome o{};
-    p.nseg = 0;
-    p.sys = 0;
+/// True when a published WQE waits at lc.ci. Reads the doorbell record once per drain, and
+/// with it the QP's state and its peer for the WQEs of that batch.
+GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
     if (!lc.batches) lc.ci = q->sq_ci;
-    const unsigned long long ci = lc.ci;
     if (lc.pending == 0) {
         // One batch per drain: work published later is found by progress()'s re-check
         // after the lock is released.
-        if (lc.batches++) return kStop;
+        if (lc.batches++) return false;
         // Acquire: the WQE bytes published up to the record are visible from here on.
         uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
-        lc.pending = (pi - uint32_t(ci)) & 0xffff;
-        if (lc.pending == 0) return kStop;
+        // The record holds the producer index's low 16 bits; rings are at most 2^15
+        // WQEBBs, so the difference modulo 2^16 is the published count.
+        lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
+        if (lc.pending == 0) return false;
         lc.state = load_state_relaxed(q);
         // In ERROR every WQE flushes without the peer: a peer process that died is not read.
         lc.r = sends_allowed(lc.state) ? q->remote : nullptr;
         lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r));
     }
-    const uint32_t pending = lc.pending;
-    const QpState state = lc.state;
-    if (!sends_allowed(state) && !in_error(state)) {
+    if (!sends_allowed(lc.state) && !in_error(lc.state)) {
         lc.pending = 0;
-        return kStop;
+        return false;
     }
+    return true;
+}
 
-    // The first WQEBB (ctrl, raddr, first data segment of most WQEs) in four independent
-    // loads, instead of a chain of dependent ones.
-    struct Seg16 {
-        uint64_t a, b;
-    } bb[4];
-    const auto* first = reinterpret_cast<const Seg16*>(sq_seg(q, ci, 0));
-    for (int i = 0; i < 4; ++i) bb[i] = first[i];
-    auto seg = [&](uint32_t k) -> const uint8_t* {
-        return k < 4 ? reinterpret_cast<const uint8_t*>(&bb[k]) : sq_seg(q, ci, k);
-    };
-    auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(seg(0));
-    mlx5::CtrlFields c = mlx5::read_ctrl_seg(ctrl);
-    o.opcode = c.opcode;
+/// What finish() needs of the WQE, before anything is executed.
+GV_HOST_DEVICE Outcome outcome_of(const mlx5::WqeReader& w, unsigned long long ci) {
+    Outcome o{};
+    o.opcode = w.opcode();
     o.wqe_index = uint16_t(ci);
-    o.signaled = (c.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 1 : 0;
-    o.bbs = c.ds ? mlx5::ds_to_bbs(c.ds) : 1;
-    o.imm_be = c.imm_be;
+    o.signaled = w.signaled() ? 1 : 0;
+    o.bbs = w.bbs();
+    o.imm_be = w.ctrl().imm_be;
+    return o;
+}
+
+/// The first checks of the WQE at lc.ci: its size against what is published, then (a QP in
+/// ERROR flushes every WQE, well-formed or not) its ctrl segment. Returns the requester's
+/// syndrome, or 0.
+GV_HOST_DEVICE uint8_t check_header(QpContext* q, const LeaderCache& lc, const mlx5::WqeReader& w, Outcome& o) {
+    if (!w.fits(lc.pending)) {
+        o.bbs = 1;  // its size is not to be trusted: sq_ci passes the ctrl's WQEBB only
+        return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+    }
+    if (in_error(lc.state)) {
+        q->rnr_waiting = 0;  // a send that waited for a receive is flushed like the rest
+        return MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
+    }
+    return w.check_ctrl(uint16_t(lc.ci), q->qpn);
+}
+
+/// The peer's memory for `len` bytes at ra (its rkey), checked as the responder does: the
+/// peer QP's access flags for `need`, then the region. Returns the executor pointer (1 for
+/// len 0, which touches nothing), or 0: REMOTE_ACCESS_ERR.
+GV_HOST_DEVICE uint64_t resolve_remote(QpContext* q, LeaderCache& lc, mlx5::RaddrFields ra, uint64_t len,
+                                       uint32_t need, uint32_t* rsys) {
+    const QpContext* r = lc.r;
+    if (!(r->access & need)) return 0;
+    if (len == 0) return 1;
+    return mr_resolve_cached(q->remote_mrs, lc.remote, ra.rkey, r->pd, ra.raddr, len, need, rsys,
+                             mr_foreign(q->remote_mrs, q));
+}
+
+/// An atomic WQE (check_body accepted its shape): one 8-byte operation on the peer's
+/// memory, done here by the leader; the old value lands in the local data segment's 8
+/// bytes. Returns the requester's syndrome, or 0.
+GV_HOST_DEVICE uint8_t run_atomic(QpContext* q, LeaderCache& lc, const mlx5::WqeReader& w, Plan& p, Outcome& o) {
+    const mlx5::RaddrFields ra = w.raddr();
+    const mlx5::AtomicFields at = w.atomic();
+    const mlx5::DataFields d = w.data(3);
+    uint32_t lsys = 0;
+    uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, d.lkey, q->pd, d.addr, 8, kLocalWrite, &lsys);
+    if (!lp) return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    if (ra.raddr & 7) return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+    uint32_t rsys = 0;
+    uint64_t rp = resolve_remote(q, lc, ra, 8, kRemoteAtomic, &rsys);
+    if (!rp) return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
+    auto* target = reinterpret_cast<unsigned long long*>(rp);
+    unsigned long long old;
+    if (w.opcode() == MLX5_OPCODE_ATOMIC_FA) {
+        old = atom::fetch_add(target, (unsigned long long)at.swap_add, rsys != 0);
+    } else {
+        old = at.compare;
+        atom::cas(target, old, (unsigned long long)at.swap_add, rsys != 0);
+    }
+    std::memcpy(reinterpret_cast<void*>(lp), &old, 8);
+    p.sys = lsys | rsys;
+    o.byte_len = 8;
+    return 0;
+}
+
+/// The local side of a WRITE, READ or SEND, in executor pointers: the data segments'
+/// regions, or the inline payload in the ring (two pieces when it wraps past the ring's end).
+struct Gather {
+    struct Piece {
+        uint64_t ptr, len;
+    } piece[kMaxSge + 1];
+    uint32_t n = 0;
+    uint64_t total = 0;
+};
+
+/// Resolves the local side of a WRITE, READ or SEND into g (a READ writes into its regions:
+/// local-write access). The segments before the body's violation v are resolved first, so
+/// the first bad segment in list order reports, as a NIC walking the list finds it.
+/// Returns the requester's syndrome, or 0.
+GV_HOST_DEVICE uint8_t resolve_local(QpContext* q, LeaderCache& lc, const mlx5::WqeReader& w, mlx5::Violation v,
+                                     Gather& g, Plan& p) {
+    const bool is_read = w.opcode() == MLX5_OPCODE_RDMA_READ;
+    const uint32_t end = v.syndrome ? v.unit : w.ds();
+    for (uint32_t k = w.first_data(); k < end; ++k) {
+        const mlx5::DataFields d = w.data(k);
+        if (d.byte_count & MLX5_INLINE_SEG) {
+            // check_body accepted it: alone, within max_inline and within the WQE.
+            const mlx5::InlinePayload in = w.inline_payload(k);
+            g.piece[g.n++] = {reinterpret_cast<uint64_t>(in.first), in.first_len};
+            if (in.second_len) g.piece[g.n++] = {reinterpret_cast<uint64_t>(in.second), in.second_len};
+            p.sys |= q->sys;
+            g.total = in.length();
+            break;
+        }
+        const uint64_t len = mlx5::data_len(d.byte_count);
+        uint32_t lsys = 0;
+        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, d.lkey, q->pd, d.addr, len,
+                                        is_read ? kLocalWrite : 0u, &lsys);
+        if (!lp) return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+        if (is_read) p.sys |= lsys;
+        g.piece[g.n++] = {lp, len};
+        g.total += len;
+    }
+    return v.syndrome;
+}
+
+/// The copies of a WRITE (gather list to the peer's region) or a READ (the peer's region
+/// to the scatter list). Returns the requester's syndrome, or 0.
+GV_HOST_DEVICE uint8_t plan_rdma(QpContext* q, LeaderCache& lc, mlx5::RaddrFields ra, bool is_read, const Gather& g,
+                                 Plan& p) {
+    uint32_t rsys = 0;
+    uint64_t rp = resolve_remote(q, lc, ra, g.total, is_read ? kRemoteRead : kRemoteWrite, &rsys);
+    if (!rp) return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
+    if (!is_read) p.sys |= rsys;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < g.n; ++i) {
+        if (is_read) p.seg[p.nseg++] = {g.piece[i].ptr, rp + off, g.piece[i].len};
+        else p.seg[p.nseg++] = {rp + off, g.piece[i].ptr, g.piece[i].len};
+        off += g.piece[i].len;
+    }
+    return 0;
+}
+
+enum class Receive {
+    Taken,     ///< the peer's next receive WQE is ours
+    Wait,      ///< none posted: the WQE waits at sq_ci (RNR), retried later
+    Exceeded,  ///< none posted and the RNR retries are spent: RNR_RETRY_EXC_ERR
+};
+
+/// Claims the peer r's next posted receive WQE (its index in *rc), or applies the RNR rules
+/// when none is posted.
+GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, unsigned long long* rc) {
+    for (;;) {
+        unsigned long long c = atom::load_acquire(&r->rq_ci);
+        if (rq_pending(r, c) == 0) {
+            if (q->rnr_retry == 0) return Receive::Exceeded;
+            uint64_t now = atom::now_ns();
+            uint64_t delay = uint64_t(rnr_timer_us(r->min_rnr_timer)) * 1000;
+            if (!q->rnr_waiting) {
+                q->rnr_waiting = 1;
+                q->rnr_count = 0;
+                q->rnr_deadline = now + delay;
+            } else if (now >= q->rnr_deadline) {
+                // This retry found no receive either. rnr_retry N allows N retries
+                // after the first attempt (as rxe and ConnectX count), so the Nth
+                // failed retry ends it.
+                if (q->rnr_retry != 7 && ++q->rnr_count >= q->rnr_retry) {
+                    q->rnr_waiting = 0;
+                    return Receive::Exceeded;
+                }
+                q->rnr_deadline = now + delay;
+            }
+            return Receive::Wait;
+        }
+        if (atom::cas(&r->rq_ci, c, c + 1)) {
+            q->rnr_waiting = 0;
+            *rc = c;
+            return Receive::Taken;
+        }
+    }
+}
+
+/// The copies of a SEND: the gather list g scattered over the list of the peer's receive
+/// WQE rc. When the receive cannot take the message, sets o.resp_syndrome (the responder's
+/// error CQE) and returns the requester's syndrome; else 0.
+GV_HOST_DEVICE uint8_t plan_scatter(QpContext* q, LeaderCache& lc, unsigned long long rc, const Gather& g, Plan& p,
+                                    Outcome& o) {
+    QpContext* r = lc.r;
+    const mlx5_wqe_data_seg* rs = rq_wqe(r, rc);
+    const uint32_t cap = (1u << r->rq_log_stride) / 16;
+    uint32_t nr = 0;
+    uint64_t li = 0, loff = 0, placed = 0;
+    while (placed < g.total && nr < cap) {
+        const mlx5::DataFields d = mlx5::read_data_seg(&rs[nr]);
+        if (d.lkey == MLX5_INVALID_LKEY) break;
+        uint64_t rlen = mlx5::data_len(d.byte_count);
+        uint64_t use = g.total - placed < rlen ? g.total - placed : rlen;
+        uint32_t rsys = 0;
+        uint64_t rp = mr_resolve_cached(r->local_mrs, lc.remote, d.lkey, r->pd, d.addr, use, kLocalWrite, &rsys,
+                                        mr_foreign(r->local_mrs, q));
+        if (!rp) {
+            o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+            return MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
+        }
+        p.sys |= rsys;
+        uint64_t roff = 0;
+        while (roff < use) {
+            uint64_t chunk = g.piece[li].len - loff;
+            if (chunk > use - roff) chunk = use - roff;
+            if (p.nseg >= kMaxPlanSegs) {
+                o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+                return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+            }
+            p.seg[p.nseg++] = {rp + roff, g.piece[li].ptr + loff, chunk};
+            roff += chunk;
+            loff += chunk;
+            if (loff == g.piece[li].len) {
+                ++li;
+                loff = 0;
+            }
+        }
+        placed += use;
+        ++nr;
+    }
+    if (placed < g.total) {
+        o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+        return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+    }
+    return 0;
+}
+
+/// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
+/// kExecute with p.out.req_syndrome set: the WQE fails, and finish() completes it so.
+GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
+    p.nseg = 0;
+    p.sys = 0;
+    if (!next_published(q, lc)) return kStop;
+    const mlx5::WqeReader w(q->sq, q->sq_log_bb, lc.ci);
+    Outcome o = outcome_of(w, lc.ci);
     auto fail = [&](uint8_t syn) -> uint32_t {
         o.req_syndrome = syn;
         p.nseg = 0;
         p.out = o;
         return kExecute;
     };
-    if (o.bbs > pending) {
-        o.bbs = 1;
-        return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-    }
-    if (in_error(state)) {
-        q->rnr_waiting = 0;  // a send that waited for a receive is flushed like the rest
-        return fail(MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
-    }
-    if (c.wqe_index != uint16_t(ci) || c.qpn != q->qpn || c.ds == 0)
-        return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-
-    const bool rdma = c.opcode == MLX5_OPCODE_RDMA_WRITE || c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
-                      c.opcode == MLX5_OPCODE_RDMA_READ || c.opcode == MLX5_OPCODE_ATOMIC_CS ||
-                      c.opcode == MLX5_OPCODE_ATOMIC_FA;
-    const bool send = c.opcode == MLX5_OPCODE_SEND || c.opcode == MLX5_OPCODE_SEND_IMM;
-    if (c.opcode == MLX5_OPCODE_NOP) {
+    if (uint8_t s = check_header(q, lc, w, o)) return fail(s);
+    const uint8_t op = w.opcode();
+    if (op == MLX5_OPCODE_NOP) {
         p.out = o;
         return kExecute;
     }
-    if (!rdma && !send) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-
     // Remote end: a QP of ours connected back to this one, ready to receive.
-    QpContext* r = lc.r;
     if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    const mlx5::Violation v = w.check_body(q->max_inline, kMaxSge);
 
-    uint32_t k = 1;  // next 16-byte unit
-    uint64_t raddr = 0;
-    uint32_t rkey = 0;
-    if (rdma) {
-        if (c.ds < 2) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        auto* rs = reinterpret_cast<const mlx5_wqe_raddr_seg*>(seg(k++));
-        raddr = mlx5::from_be64(rs->raddr);
-        rkey = mlx5::from_be32(rs->rkey);
-    }
-
-    // ---- atomics: one 8-byte operation, done here by the leader ----
-    if (c.opcode == MLX5_OPCODE_ATOMIC_CS || c.opcode == MLX5_OPCODE_ATOMIC_FA) {
-        if (c.ds != 4) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        auto* as = reinterpret_cast<const mlx5_wqe_atomic_seg*>(seg(k++));
-        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(seg(k++));
-        uint32_t llen = mlx5::from_be32(ds->byte_count);
-        if (llen != 8) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
-        uint32_t lsys = 0;
-        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, mlx5::from_be32(ds->lkey), q->pd,
-                                        mlx5::from_be64(ds->addr), 8, kLocalWrite, &lsys);
-        if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-        if (raddr & 7) return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
-        if (!(r->access & kRemoteAtomic)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-        uint32_t rsys = 0;
-        uint64_t rp = mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, 8, kRemoteAtomic, &rsys,
-                                        mr_foreign(q->remote_mrs, q));
-        if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-        uint64_t operand = mlx5::from_be64(as->swap_add), compare = mlx5::from_be64(as->compare);
-        auto* target = reinterpret_cast<unsigned long long*>(rp);
-        unsigned long long old;
-        if (c.opcode == MLX5_OPCODE_ATOMIC_FA) {
-            old = atom::fetch_add(target, (unsigned long long)operand, rsys != 0);
-        } else {
-            old = compare;
-            atom::cas(target, old, (unsigned long long)operand, rsys != 0);
-        }
-        std::memcpy(reinterpret_cast<void*>(lp), &old, 8);
-        p.sys = lsys | rsys;
-        o.byte_len = 8;
+    if (mlx5::is_atomic(op)) {
+        if (uint8_t s = v.syndrome ? v.syndrome : run_atomic(q, lc, w, p, o)) return fail(s);
         p.out = o;
         return kExecute;
     }
 
-    // ---- gather list (or inline payload) of WRITE / SEND, scatter list of READ ----
-    struct Piece {
-        uint64_t ptr, len;
-    } local[kMaxSge + 1];
-    uint32_t nlocal = 0;
-    uint64_t total = 0;
-    const bool is_read = c.opcode == MLX5_OPCODE_RDMA_READ;
-    while (k < c.ds) {
-        auto* ds = reinterpret_cast<const mlx5_wqe_data_seg*>(seg(k));
-        uint32_t bc = mlx5::from_be32(ds->byte_count);
-        if (bc & MLX5_INLINE_SEG) {
-            if (is_read || nlocal) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-            uint32_t len = bc & ~uint32_t(MLX5_INLINE_SEG);
-            if (len > q->max_inline) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
-            if (mlx5::inline_ds(len) > c.ds - k) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-            // The payload starts 4 bytes into this unit and may wrap past the ring's end.
-            uint64_t ring = 64ull << q->sq_log_bb;
-            uint64_t off = (ci * 64 + uint64_t(k) * 16 + 4) & (ring - 1);
-            uint64_t first = len < ring - off ? len : ring - off;
-            local[nlocal++] = {reinterpret_cast<uint64_t>(q->sq) + off, first};
-            if (first < len) local[nlocal++] = {reinterpret_cast<uint64_t>(q->sq), len - first};
-            p.sys |= q->sys;
-            total = len;
-            k = c.ds;
-            break;
-        }
-        if (nlocal >= kMaxSge) return fail(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-        uint64_t len = bc ? bc : 0x80000000ull;  // byte_count 0 means 2 GiB on mlx5
-        uint32_t lkey = mlx5::from_be32(ds->lkey);
-        uint32_t lsys = 0;
-        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, lkey, q->pd, mlx5::from_be64(ds->addr),
-                                        len, is_read ? kLocalWrite : 0u, &lsys);
-        if (!lp) return fail(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-        if (is_read) p.sys |= lsys;
-        local[nlocal++] = {lp, len};
-        total += len;
-        ++k;
+    Gather g;
+    if (uint8_t s = resolve_local(q, lc, w, v, g, p)) return fail(s);
+    o.byte_len = uint32_t(g.total);
+    if (mlx5::has_raddr(op)) {
+        if (uint8_t s = plan_rdma(q, lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) return fail(s);
     }
-    if (total > 0x80000000ull) return fail(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
-    o.byte_len = uint32_t(total);
-
-    if (rdma) {
-        uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
-        if (!(r->access & need)) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-        uint32_t rsys = 0;
-        uint64_t rp =
-            total ? mr_resolve_cached(q->remote_mrs, lc.remote, rkey, r->pd, raddr, total, need, &rsys,
-                                    mr_foreign(q->remote_mrs, q))
-                  : 1;
-        if (!rp) return fail(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
-        if (!is_read) p.sys |= rsys;
-        uint64_t off = 0;
-        for (uint32_t i = 0; i < nlocal; ++i) {
-            if (is_read) p.seg[p.nseg++] = {local[i].ptr, rp + off, local[i].len};
-            else p.seg[p.nseg++] = {rp + off, local[i].ptr, local[i].len};
-            off += local[i].len;
-        }
-    }
-
-    if (c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM || send) {
-        // Consume the peer's next receive WQE, or wait as RNR rules say.
-        unsigned long long rc;
-        for (;;) {
-            rc = atom::load_acquire(&r->rq_ci);
-            if (rq_pending(r, rc) == 0) {
-                if (q->rnr_retry == 0) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
-                uint64_t now = atom::now_ns();
-                uint64_t delay = uint64_t(rnr_timer_us(r->min_rnr_timer)) * 1000;
-                if (!q->rnr_waiting) {
-                    q->rnr_waiting = 1;
-                    q->rnr_count = 0;
-                    q->rnr_deadline = now + delay;
-                } else if (now >= q->rnr_deadline) {
-                    // This retry found no receive either. rnr_retry N allows N retries
-                    // after the first attempt (as rxe and ConnectX count), so the Nth
-                    // failed retry ends it.
-                    if (q->rnr_retry != 7 && ++q->rnr_count >= q->rnr_retry) {
-                        q->rnr_waiting = 0;
-                        return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
-                    }
-                    q->rnr_deadline = now + delay;
-                }
-                return kRnrWait;
-            }
-            if (atom::cas(&r->rq_ci, rc, rc + 1)) break;
-        }
-        q->rnr_waiting = 0;
+    if (mlx5::consumes_receive(op)) {
+        unsigned long long rc = 0;
+        const Receive got = take_receive(q, lc.r, &rc);
+        if (got == Receive::Wait) return kRnrWait;
+        if (got == Receive::Exceeded) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
         o.rq_index = uint16_t(rc);
-        o.resp_kind = c.opcode == MLX5_OPCODE_RDMA_WRITE_IMM ? MLX5_CQE_RESP_WR_IMM
-                      : c.opcode == MLX5_OPCODE_SEND_IMM      ? MLX5_CQE_RESP_SEND_IMM
-                                                              : MLX5_CQE_RESP_SEND;
-        if (send) {
-            // Scatter the gather list over the receive WQE's list.
-            const mlx5_wqe_data_seg* rs = rq_wqe(r, rc);
-            const uint32_t cap = (1u << r->rq_log_stride) / 16;
-            uint32_t nr = 0;
-            uint64_t li = 0, loff = 0, placed = 0;
-            while (placed < total && nr < cap) {
-                uint32_t lkey = mlx5::from_be32(rs[nr].lkey);
-                if (lkey == MLX5_INVALID_LKEY) break;
-                uint32_t bc = mlx5::from_be32(rs[nr].byte_count);
-                uint64_t rlen = bc ? bc : 0x80000000ull;
-                uint64_t use = total - placed < rlen ? total - placed : rlen;
-                uint32_t rsys = 0;
-                uint64_t rp = mr_resolve_cached(r->local_mrs, lc.remote, lkey, r->pd,
-                                                mlx5::from_be64(rs[nr].addr), use, kLocalWrite, &rsys,
-                                                mr_foreign(r->local_mrs, q));
-                if (!rp) {
-                    o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-                    return fail(MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
-                }
-                p.sys |= rsys;
-                uint64_t roff = 0;
-                while (roff < use) {
-                    uint64_t chunk = local[li].len - loff;
-                    if (chunk > use - roff) chunk = use - roff;
-                    if (p.nseg >= kMaxPlanSegs) {
-                        o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
-                        return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
-                    }
-                    p.seg[p.nseg++] = {rp + roff, local[li].ptr + loff, chunk};
-                    roff += chunk;
-                    loff += chunk;
-                    if (loff == local[li].len) {
-                        ++li;
-                        loff = 0;
-                    }
-                }
-                placed += use;
-                ++nr;
-            }
-            if (placed < total) {
-                o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
-                return fail(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
-            }
+        o.resp_kind = op == MLX5_OPCODE_RDMA_WRITE_IMM ? MLX5_CQE_RESP_WR_IMM
+                      : op == MLX5_OPCODE_SEND_IMM     ? MLX5_CQE_RESP_SEND_IMM
+                                                       : MLX5_CQE_RESP_SEND;
+        if (mlx5::is_send(op)) {
+            if (uint8_t s = plan_scatter(q, lc, rc, g, p, o)) return fail(s);
         }
     }
     p.out = o;
     return kExecute;
 }
 
-/// Completes the WQE prepare() planned, after the group copied its data. Leader only.
-GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
+// ---- complete -----------------------------------------------------------------------
+
+/// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
+/// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
+GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o) {
     QpContext* r = lc.r;
-    bool ok = true;
-    if (o.resp_kind && r) {
-        CqeFields f{};
-        f.qpn = r->qpn;
-        f.rqpn = q->qpn;
-        f.wqe_counter = o.rq_index;
-        if (o.resp_syndrome) {
-            f.cqe_opcode = MLX5_CQE_RESP_ERR;
-            f.syndrome = o.resp_syndrome;
-        } else {
-            f.cqe_opcode = o.resp_kind;
-            f.byte_cnt = o.byte_len;
-            f.imm_be = o.imm_be;
-        }
-        if (!cq_push(r->rcq, f) || o.resp_syndrome) {
-            enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome)
-                                           : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-            lc.peer_ok = false;
-        }
+    mlx5::CqeFields f{};
+    f.qpn = r->qpn;
+    f.rqpn = q->qpn;
+    f.wqe_counter = o.rq_index;
+    if (o.resp_syndrome) {
+        f.cqe_opcode = MLX5_CQE_RESP_ERR;
+        f.syndrome = o.resp_syndrome;
+    } else {
+        f.cqe_opcode = o.resp_kind;
+        f.byte_cnt = o.byte_len;
+        f.imm_be = o.imm_be;
     }
-    if (o.req_syndrome || o.signaled) {
-        CqeFields f{};
-        f.qpn = q->qpn;
-        f.wqe_counter = o.wqe_index;
-        f.wqe_opcode = o.opcode;
-        if (o.req_syndrome) {
-            f.cqe_opcode = MLX5_CQE_REQ_ERR;
-            f.syndrome = o.req_syndrome;
-        } else {
-            f.cqe_opcode = MLX5_CQE_REQ;
-            f.byte_cnt = o.byte_len;
-        }
-        ok = cq_push(q->scq, f);
+    if (!cq_push(r->rcq, f) || o.resp_syndrome) {
+        enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+        lc.peer_ok = false;
     }
+}
+
+/// The requester's completion: always for an error, for success when signaled. Returns
+/// false when the CQ was full (the completion is lost).
+GV_HOST_DEVICE bool complete_requester(QpContext* q, const Outcome& o) {
+    if (!o.req_syndrome && !o.signaled) return true;
+    mlx5::CqeFields f{};
+    f.qpn = q->qpn;
+    f.wqe_counter = o.wqe_index;
+    f.wqe_opcode = o.opcode;
+    if (o.req_syndrome) {
+        f.cqe_opcode = MLX5_CQE_REQ_ERR;
+        f.syndrome = o.req_syndrome;
+    } else {
+        f.cqe_opcode = MLX5_CQE_REQ;
+        f.byte_cnt = o.byte_len;
+    }
+    return cq_push(q->scq, f);
+}
+
+/// Completes the WQE prepare() planned, after the group copied its data: CQEs, sq_ci, and
+/// ERROR for a failed WQE or a lost completion. Leader only.
+GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
+    if (o.resp_kind && lc.r) complete_responder(q, lc, o);
+    const bool ok = complete_requester(q, o);
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
     lc.ci += o.bbs;
     atom::store_relaxed(&q->sq_ci, lc.ci);
     lc.pending -= o.bbs;
-    if ((o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) || !ok) {
-        enter_error(q, o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR
-                           ? uint32_t(o.req_syndrome)
-                           : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+    const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
+    if (failed || !ok) {
+        enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.state = QpState::Error;
     }
 }

@@ -1,6 +1,6 @@
 // Memory-region checks: key lookup, bounds and access, the foreign-process rule, the
 // leader's caches.
-// Part of the software device's executor (gpuverbs/soft/exec.cuh).
+// Part of the software device's executor (gpuverbs/detail/soft/exec.cuh).
 #pragma once
 
 #include "gpuverbs/detail/soft/copy.cuh"

@@ -1,0 +1,635 @@
+// The traffic suite's environment: one test body (traffic_suite.inc) runs against a list of
+// backend instances. An Instance says
+//   - how to open its context (gv::ContextOptions: backend, GPU, device name),
+//   - where the queues live (gv::MemoryKind) and where the data buffers live (Memory: how
+//     to allocate, fill and read back a buffer),
+//   - who initiates (Initiator: CPU threads, or a GPU kernel, making the same gv::dev calls
+//     of a Script; see traffic_script.hpp),
+//   - what the device side can know on it (the QP state; whether commit executes),
+//   - and whether it can run on this machine (else every test skips with the reason).
+// A TrafficEnv is one test's world on an instance: a connected pair of QPs (0: requester,
+// 1: responder), registered buffers, and run(script).
+//
+// Instances are listed in the test binaries: traffic_cpu_test.cpp (soft-cpu; the verbs
+// instance goes there), traffic_gpu_test.cu (soft-gpu, soft-gpu-hostq,
+// soft-gpu-cpu-initiator; the mlx5 instance goes there). tests/README.md says how to add one.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+#include "traffic/traffic_script.hpp"
+
+namespace gvtest::traffic {
+
+constexpr uint64_t kMs = 1'000'000ull;
+constexpr uint64_t kWait = 5'000 * kMs;  ///< bound of every wait a script makes
+
+// ---- where buffers live -------------------------------------------------------------------
+
+/// Where a test's data buffers live, and how the host allocates, fills and reads them.
+class Memory {
+public:
+    virtual ~Memory() = default;
+    /// "host memory", "GPU memory".
+    virtual const char* name() const = 0;
+    /// True when CPU threads can load and store it (steps then use system-scope atomics).
+    virtual bool host() const = 0;
+    /// `bytes` bytes, 4096-byte aligned; nullptr when that fails.
+    virtual void* alloc(size_t bytes) = 0;
+    virtual void release(void* p) = 0;
+    virtual void fill(void* p, uint8_t v, size_t n) = 0;
+    virtual void upload(void* dst, const void* src, size_t n) = 0;
+    virtual void download(void* dst, const void* src, size_t n) = 0;
+};
+
+/// Page-aligned host memory (a GPU context pins and maps it when it is registered).
+class HostMemory : public Memory {
+public:
+    const char* name() const override { return "host memory"; }
+    bool host() const override { return true; }
+    void* alloc(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+    void release(void* p) override { std::free(p); }
+    void fill(void* p, uint8_t v, size_t n) override { std::memset(p, v, n); }
+    void upload(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+    void download(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+};
+
+// ---- who initiates -------------------------------------------------------------------------
+
+/// A run as the host holds it: the QP handles, every lane's steps, and room for what comes
+/// back (completions, one result per step, where each lane stopped).
+struct RunData {
+    std::vector<gv::dev::QpHandle> qps;
+    std::vector<Step> steps;            ///< lane after lane
+    std::vector<uint32_t> lane_begin;   ///< lanes + 1 entries
+    std::vector<gv::Sge> sges;
+    std::vector<gv::Completion> cqes;
+    std::vector<StepResult> results;    ///< one per step
+    std::vector<int32_t> stopped;       ///< per lane; -1: ran to its end
+    std::string error;                  ///< the initiator itself failed (a launch, a copy): why
+    uint32_t lanes() const { return uint32_t(lane_begin.size() - 1); }
+};
+
+/// Who makes the gv::dev calls of a script.
+class Initiator {
+public:
+    virtual ~Initiator() = default;
+    /// "CPU threads", "a GPU kernel (one block of 128 threads per lane)".
+    virtual const char* name() const = 0;
+    /// Runs every lane at once and returns when all ended; fills results, cqes, stopped,
+    /// and `error` when the initiator itself failed (a launch, a copy).
+    virtual void run(RunData& d) = 0;
+};
+
+/// CPU threads: one per lane, each calling run_lane with the host's pointers.
+class CpuThreads : public Initiator {
+public:
+    const char* name() const override { return "CPU threads (one per lane)"; }
+    void run(RunData& d) override {
+        uint32_t abort = 0;
+        RunView v{d.qps.data(), d.steps.data(), d.lane_begin.data(), d.sges.data(), d.cqes.data(),
+                  d.results.data(), d.stopped.data(), &abort, 1};
+        if (d.lanes() == 1) {
+            run_lane(v, 0, CpuLane{});
+            return;
+        }
+        std::vector<std::thread> ts;
+        for (uint32_t l = 0; l < d.lanes(); ++l) ts.emplace_back([&v, l] { run_lane(v, l, CpuLane{}); });
+        for (auto& t : ts) t.join();
+    }
+};
+
+// ---- instances ---------------------------------------------------------------------------
+
+/// One backend configuration the suite runs against.
+struct Instance {
+    std::string name;               ///< "soft-cpu"; the tests' suffix ('-' becomes '_')
+    gv::ContextOptions context;     ///< how to open the context (backend, GPU, device name)
+    gv::MemoryKind queues = gv::MemoryKind::Default;  ///< where QPs and CQs live
+    std::shared_ptr<Memory> buffers;                   ///< where data buffers live
+    std::shared_ptr<Initiator> initiator;              ///< who makes the gv::dev calls
+    /// The device side sees the QP's state: commit returns QpError (QpNotReady) and
+    /// dev::qp_in_error answers. False where the state lives out of the initiator's reach
+    /// (a CPU thread on a GPU device, a NIC): commit then returns Ok and errors show as
+    /// completions only.
+    bool device_sees_qp_state = true;
+    /// Commit executes the published WQEs before it returns (the software device run by the
+    /// committing thread or block): their completions are all in the CQ by then. False where
+    /// something else executes (a launched executor kernel, a proxy thread, a NIC).
+    bool commit_executes = true;
+    /// Why the instance cannot run on this machine ("" when it can): its tests then skip
+    /// with this reason.
+    std::function<std::string()> unavailable = [] { return std::string(); };
+};
+
+inline void PrintTo(const Instance& i, std::ostream* os) { *os << i.name; }
+
+/// The test-name suffix of an instance ("soft-gpu-hostq" -> "soft_gpu_hostq").
+inline std::string instance_test_name(const testing::TestParamInfo<Instance>& info) {
+    std::string s = info.param.name;
+    for (char& c : s)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    return s;
+}
+
+/// The software device on CPU threads: host queues and buffers, CPU threads post.
+inline Instance soft_cpu_instance() {
+    Instance i;
+    i.name = "soft-cpu";
+    i.context.backend = gv::Backend::Soft;
+    i.context.gpu = -1;
+    i.queues = gv::MemoryKind::Host;
+    i.buffers = std::make_shared<HostMemory>();
+    i.initiator = std::make_shared<CpuThreads>();
+    return i;
+}
+
+// ---- buffers -----------------------------------------------------------------------------
+
+/// A registered buffer in the instance's memory.
+class Buffer {
+public:
+    Buffer(Memory& mem, const gv::ProtectionDomain& pd, size_t n, uint32_t access, int fill)
+        : mem_(mem), n_(n) {
+        p_ = static_cast<uint8_t*>(mem.alloc(n));
+        if (!p_) throw std::runtime_error("allocating " + std::to_string(n) + " bytes of " + mem.name());
+        if (fill >= 0) mem.fill(p_, uint8_t(fill), n);
+        mr_ = std::make_unique<gv::MemoryRegion>(pd, p_, n, access);
+    }
+    ~Buffer() {
+        mr_.reset();
+        mem_.release(p_);
+    }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    uint8_t* ptr(size_t off = 0) const { return p_ + off; }
+    uint64_t addr(size_t off = 0) const { return reinterpret_cast<uint64_t>(p_ + off); }
+    size_t size() const { return n_; }
+    uint32_t lkey() const { return mr_->lkey(); }
+    uint32_t rkey() const { return mr_->rkey(); }
+    bool host() const { return mem_.host(); }
+    gv::Sge sge(size_t off, uint32_t len) const { return gv::Sge{addr(off), len, lkey()}; }
+
+    void upload(const std::vector<uint8_t>& v, size_t off = 0) { mem_.upload(p_ + off, v.data(), v.size()); }
+    void fill(uint8_t v, size_t off = 0, size_t n = ~size_t(0)) { mem_.fill(p_ + off, v, n == ~size_t(0) ? n_ - off : n); }
+    /// Random bytes (seeded) over the whole buffer; returns them.
+    std::vector<uint8_t> randomize(uint64_t seed) {
+        std::vector<uint8_t> v(n_);
+        gvtest::fill_random(v.data(), n_, seed);
+        upload(v);
+        return v;
+    }
+    std::vector<uint8_t> download(size_t off = 0, size_t n = ~size_t(0)) const {
+        std::vector<uint8_t> v(n == ~size_t(0) ? n_ - off : n);
+        if (!v.empty()) mem_.download(v.data(), p_ + off, v.size());
+        return v;
+    }
+    uint64_t word(size_t off) const {
+        uint64_t w = 0;
+        mem_.download(&w, p_ + off, 8);
+        return w;
+    }
+    void set_word(size_t off, uint64_t w) { mem_.upload(p_ + off, &w, 8); }
+
+private:
+    Memory& mem_;
+    size_t n_;
+    uint8_t* p_ = nullptr;
+    std::unique_ptr<gv::MemoryRegion> mr_;
+};
+
+// ---- scripts ------------------------------------------------------------------------------
+
+/// Names a step of a script: lane and position in the lane.
+struct StepId {
+    uint32_t lane = 0, index = 0;
+};
+
+class Script;
+
+/// What a builder returns: the step just added, whose expected status may still change.
+class StepRef {
+public:
+    StepRef(Script& s, StepId id) : s_(s), id_(id) {}
+    /// The status the call must return (default Ok); anything else stops the lane.
+    StepId expect(gv::Status st);
+    /// How long the call may wait (default kWait).
+    StepRef& timeout(uint64_t ns);
+    operator StepId() const { return id_; }  // NOLINT: builders' results convert to ids
+
+private:
+    Script& s_;
+    StepId id_;
+};
+
+/// A list of steps per lane, built with the same arguments as the gv::dev calls they make.
+/// Steps go to the current lane (on()) and address the current QP (use()).
+class Script {
+public:
+    explicit Script(uint32_t lanes = 1) : lanes_(lanes) {}
+
+    /// Following steps go to lane `lane`.
+    Script& on(uint32_t lane) {
+        cur_lane_ = lane;
+        return *this;
+    }
+    /// Following steps address QP `qp` (TrafficEnv: 0 requester, 1 responder).
+    Script& use(uint32_t qp) {
+        cur_qp_ = qp;
+        return *this;
+    }
+
+    StepRef write(uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+                  uint32_t flags = gv::kSignaled) {
+        return add(rdma(Op::Write, laddr, len, lkey, raddr, rkey, flags));
+    }
+    StepRef write_imm(uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm,
+                      uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::WriteImm, laddr, len, lkey, raddr, rkey, flags);
+        s.imm = imm;
+        return add(s);
+    }
+    StepRef read(uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+                 uint32_t flags = gv::kSignaled) {
+        return add(rdma(Op::Read, laddr, len, lkey, raddr, rkey, flags));
+    }
+    StepRef send(uint64_t laddr, uint32_t len, uint32_t lkey, uint32_t flags = gv::kSignaled) {
+        return add(rdma(Op::Send, laddr, len, lkey, 0, 0, flags));
+    }
+    StepRef send_imm(uint64_t laddr, uint32_t len, uint32_t lkey, uint32_t imm, uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::SendImm, laddr, len, lkey, 0, 0, flags);
+        s.imm = imm;
+        return add(s);
+    }
+    /// A WQE of `opcode` (WRITE, WRITE_IMM, READ, SEND, SEND_IMM) with a gather (scatter)
+    /// list.
+    StepRef post_sge(uint8_t opcode, const std::vector<gv::Sge>& sg, uint64_t raddr, uint32_t rkey, uint32_t imm,
+                     uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::PostSge, 0, 0, 0, raddr, rkey, flags);
+        s.opcode = opcode;
+        s.imm = imm;
+        s.sge = uint32_t(sges_.size());
+        s.nsge = uint32_t(sg.size());
+        sges_.insert(sges_.end(), sg.begin(), sg.end());
+        return add(s);
+    }
+    StepRef write_inline(uint64_t data, uint32_t len, uint64_t raddr, uint32_t rkey, uint32_t flags = gv::kSignaled) {
+        return add(rdma(Op::WriteInline, data, len, 0, raddr, rkey, flags));
+    }
+    StepRef send_inline(uint64_t data, uint32_t len, uint32_t flags = gv::kSignaled) {
+        return add(rdma(Op::SendInline, data, len, 0, 0, 0, flags));
+    }
+    /// write_inline_weak at the current position (for its refusals: nothing is published).
+    StepRef write_inline_weak(uint64_t data, uint32_t len, uint64_t raddr, uint32_t rkey) {
+        return add(rdma(Op::WriteInlineWeak, data, len, 0, raddr, rkey, 0));
+    }
+    StepRef fetch_add(uint64_t laddr, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t add_v,
+                      uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::FetchAdd, laddr, 8, lkey, raddr, rkey, flags);
+        s.a = add_v;
+        return add(s);
+    }
+    StepRef compare_swap(uint64_t laddr, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t compare,
+                         uint64_t swap, uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::CompareSwap, laddr, 8, lkey, raddr, rkey, flags);
+        s.a = compare;
+        s.b = swap;
+        return add(s);
+    }
+    StepRef put_signal(uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t old,
+                       uint32_t old_lkey, uint64_t signal, uint32_t signal_rkey, uint32_t add_v,
+                       uint32_t flags = gv::kSignaled) {
+        Step s = rdma(Op::PutSignal, laddr, len, lkey, raddr, rkey, flags);
+        s.b = old;
+        s.lkey2 = old_lkey;
+        s.a = signal;
+        s.rkey2 = signal_rkey;
+        s.imm = add_v;
+        return add(s);
+    }
+    StepRef nop(uint32_t flags = gv::kSignaled) { return add(rdma(Op::Nop, 0, 0, 0, 0, 0, flags)); }
+    /// A receive of one buffer; recv(0, 0, 0): a receive without a buffer.
+    StepRef recv(uint64_t laddr, uint32_t len, uint32_t lkey) { return add(rdma(Op::Recv, laddr, len, lkey, 0, 0, 0)); }
+    /// A receive with a scatter list (empty: no buffer, post_recv(qp, nullptr, 0)).
+    StepRef post_recv(const std::vector<gv::Sge>& sg) {
+        Step s = rdma(Op::PostRecv, 0, 0, 0, 0, 0, 0);
+        s.sge = uint32_t(sges_.size());
+        s.nsge = uint32_t(sg.size());
+        sges_.insert(sges_.end(), sg.begin(), sg.end());
+        return add(s);
+    }
+    StepRef commit() { return add(rdma(Op::Commit, 0, 0, 0, 0, 0, 0)); }
+    StepRef wait_send(uint32_t n, uint64_t timeout_ns = kWait) { return add(completions(Op::WaitSend, n, timeout_ns)); }
+    StepRef wait_recv(uint32_t n, uint64_t timeout_ns = kWait) { return add(completions(Op::WaitRecv, n, timeout_ns)); }
+    /// One poll_cq of at most `max` completions (nothing waited for).
+    StepRef poll_send(uint32_t max) { return add(completions(Op::PollSend, max, 0)); }
+    StepRef poll_recv(uint32_t max) { return add(completions(Op::PollRecv, max, 0)); }
+    /// poll_cq at most 64 at a time until n came.
+    StepRef poll_send_chunks(uint32_t n, uint64_t timeout_ns = kWait) {
+        return add(completions(Op::PollSendChunks, n, timeout_ns));
+    }
+    StepRef counters() { return add(rdma(Op::Counters, 0, 0, 0, 0, 0, 0)); }
+    StepRef in_error() { return add(rdma(Op::InError, 0, 0, 0, 0, 0, 0)); }
+    /// The lane's threads store `v` into every byte of b[off, off+len).
+    StepRef fill(const Buffer& b, size_t off, uint32_t len, uint8_t v) { return add(mem(Op::Fill, b, off, len, v)); }
+    /// ... or pattern_word(seed, w, 1) into every word w (off and len multiples of 4).
+    StepRef fill_pattern(const Buffer& b, size_t off, uint32_t len, uint32_t seed) {
+        Step s = mem(Op::Fill, b, off, len, seed);
+        s.b = 1;
+        return add(s);
+    }
+    /// Every byte of b[off, off+len) must be `v` (off and len multiples of 4).
+    StepRef check(const Buffer& b, size_t off, uint32_t len, uint8_t v) { return add(mem(Op::Check, b, off, len, v)); }
+    /// Every word w of b[off, off+len) must be pattern_word(seed, w, 1).
+    StepRef check_pattern(const Buffer& b, size_t off, uint32_t len, uint32_t seed) {
+        Step s = mem(Op::Check, b, off, len, seed);
+        s.b = 1;
+        return add(s);
+    }
+    StepRef store_word(const Buffer& b, size_t off, uint64_t v) { return add(mem(Op::StoreWord, b, off, 8, v)); }
+    /// Waits until the 8-byte word at b[off] is >= v.
+    StepRef wait_word(const Buffer& b, size_t off, uint64_t v, uint64_t timeout_ns = kWait) {
+        Step s = mem(Op::WaitWord, b, off, 8, v);
+        s.timeout_ns = timeout_ns;
+        return add(s);
+    }
+    StepRef clock() { return add(rdma(Op::Clock, 0, 0, 0, 0, 0, 0)); }
+    StepRef spin(uint64_t ns) {
+        Step s = rdma(Op::Spin, 0, 0, 0, 0, 0, 0);
+        s.a = ns;
+        return add(s);
+    }
+
+    Step& at(StepId id) { return lanes_[id.lane][id.index]; }
+    const Step& at(StepId id) const { return lanes_[id.lane][id.index]; }
+    uint32_t lanes() const { return uint32_t(lanes_.size()); }
+    size_t steps() const {
+        size_t n = 0;
+        for (const auto& l : lanes_) n += l.size();
+        return n;
+    }
+
+    /// Flattens the script for an initiator.
+    RunData data(std::vector<gv::dev::QpHandle> qps) const {
+        RunData d;
+        d.qps = std::move(qps);
+        d.lane_begin.push_back(0);
+        for (const auto& l : lanes_) {
+            d.steps.insert(d.steps.end(), l.begin(), l.end());
+            d.lane_begin.push_back(uint32_t(d.steps.size()));
+        }
+        d.sges = sges_;
+        if (d.sges.empty()) d.sges.push_back(gv::Sge{0, 0, 0});  // never empty: a valid pointer
+        d.cqes.assign(std::max<uint32_t>(1, ncqes_), gv::Completion{});
+        d.results.assign(std::max<size_t>(1, d.steps.size()), StepResult{gv::Status::Ok, 0, 0, 0});
+        d.stopped.assign(lanes_.size(), -1);
+        return d;
+    }
+
+private:
+    Step rdma(Op op, uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t flags) {
+        Step s{};
+        s.op = op;
+        s.qp = cur_qp_;
+        s.flags = flags;
+        s.len = len;
+        s.laddr = laddr;
+        s.raddr = raddr;
+        s.lkey = lkey;
+        s.rkey = rkey;
+        s.timeout_ns = kWait;
+        s.expect = gv::Status::Ok;
+        return s;
+    }
+    Step completions(Op op, uint32_t n, uint64_t timeout_ns) {
+        Step s = rdma(op, 0, n, 0, 0, 0, 0);
+        s.timeout_ns = timeout_ns;
+        s.out = ncqes_;
+        ncqes_ += n;
+        return s;
+    }
+    Step mem(Op op, const Buffer& b, size_t off, uint32_t len, uint64_t v) {
+        Step s = rdma(op, b.addr(off), len, 0, 0, 0, 0);
+        s.a = v;
+        s.sys = b.host() ? 1 : 0;
+        return s;
+    }
+    StepRef add(const Step& s) {
+        lanes_[cur_lane_].push_back(s);
+        return StepRef(*this, StepId{cur_lane_, uint32_t(lanes_[cur_lane_].size() - 1)});
+    }
+
+    std::vector<std::vector<Step>> lanes_;
+    std::vector<gv::Sge> sges_;
+    uint32_t ncqes_ = 0;
+    uint32_t cur_lane_ = 0, cur_qp_ = 0;
+};
+
+inline StepId StepRef::expect(gv::Status st) {
+    s_.at(id_).expect = st;
+    return id_;
+}
+inline StepRef& StepRef::timeout(uint64_t ns) {
+    s_.at(id_).timeout_ns = ns;
+    return *this;
+}
+
+// ---- results ------------------------------------------------------------------------------
+
+/// What a run returned, and a report of it for failure messages.
+class RunResult {
+public:
+    RunResult(std::string instance, RunData d) : instance_(std::move(instance)), d_(std::move(d)) {}
+
+    /// True when every lane ran to its end (every step returned what it should).
+    bool ok() const {
+        if (!d_.error.empty()) return false;
+        for (int32_t s : d_.stopped)
+            if (s >= 0) return false;
+        return true;
+    }
+    const StepResult& operator[](StepId id) const { return d_.results[flat(id)]; }
+    /// The completions a wait or poll step polled (as many as it polled).
+    std::vector<gv::Completion> cqes(StepId id) const {
+        const Step& s = d_.steps[flat(id)];
+        const StepResult& r = d_.results[flat(id)];
+        uint32_t n = std::min(r.count, s.len);
+        return std::vector<gv::Completion>(d_.cqes.begin() + s.out, d_.cqes.begin() + s.out + n);
+    }
+    /// Where and why lanes stopped, for failure messages.
+    std::string report() const {
+        std::ostringstream o;
+        o << "instance " << instance_ << ":";
+        if (!d_.error.empty()) o << "\n  the initiator failed: " << d_.error;
+        for (uint32_t l = 0; l < d_.lanes(); ++l) {
+            if (d_.stopped[l] < 0) continue;
+            const uint32_t i = d_.lane_begin[l] + uint32_t(d_.stopped[l]);
+            o << "\n  lane " << l << " stopped at its step " << d_.stopped[l] << " of "
+              << d_.lane_begin[l + 1] - d_.lane_begin[l] << ": " << describe(i);
+        }
+        return o.str();
+    }
+    /// One step and what it returned.
+    std::string describe(size_t i) const {
+        const Step& s = d_.steps[i];
+        const StepResult& r = d_.results[i];
+        std::ostringstream o;
+        const bool memory = s.op == Op::Fill || s.op == Op::Check || s.op == Op::StoreWord || s.op == Op::WaitWord ||
+                            s.op == Op::Clock || s.op == Op::Spin;
+        o << op_name(s.op);
+        if (!memory) o << " on QP " << s.qp << (s.qp == 0 ? " (requester)" : s.qp == 1 ? " (responder)" : "");
+        if (s.op == Op::Check) {
+            o << " of " << s.len << " bytes: " << r.count << " bytes differ from ";
+            if (s.b) o << "pattern " << s.a;
+            else o << "0x" << std::hex << (s.a & 0xff) << std::dec;
+            o << ", the first at offset " << r.value << " (stale or misplaced data)";
+            return o.str();
+        }
+        o << " returned " << gv::status_name(r.status) << ", expected " << gv::status_name(s.expect);
+        switch (s.op) {
+            case Op::WaitSend:
+            case Op::WaitRecv:
+            case Op::PollSendChunks:
+                o << " (" << r.count << " of " << s.len << " completions came";
+                for (uint32_t k = 0; k < std::min(r.count, s.len); ++k) {
+                    const gv::Completion& c = d_.cqes[s.out + k];
+                    if (!c.ok()) {
+                        o << "; completion " << k << " failed with " << gv::mlx5::syndrome_name(c.status)
+                          << " (WQE opcode 0x" << std::hex << int(c.wqe_opcode) << std::dec << ", index "
+                          << c.wqe_counter << ")";
+                        break;
+                    }
+                }
+                o << ")";
+                break;
+            case Op::WaitWord: o << " (the word stayed at " << r.value << ", waited for >= " << s.a << ")"; break;
+            default: o << " (len " << s.len << ", flags " << s.flags << ")"; break;
+        }
+        return o.str();
+    }
+    const std::string& instance() const { return instance_; }
+
+private:
+    size_t flat(StepId id) const { return d_.lane_begin[id.lane] + id.index; }
+    std::string instance_;
+    RunData d_;
+};
+
+#define ASSERT_RAN(r) ASSERT_TRUE((r).ok()) << (r).report()
+
+// ---- helpers for the checks ------------------------------------------------------------------
+
+/// The bytes Fill / Check mean by pattern (seed, mode) over [0, len).
+inline std::vector<uint8_t> pattern_bytes(uint32_t seed, size_t len, uint64_t mode = 1) {
+    std::vector<uint8_t> v(len);
+    for (size_t i = 0; i < len; ++i) v[i] = uint8_t(pattern_word(seed, i / 4, mode) >> (8 * (i % 4)));
+    return v;
+}
+
+/// Index of the first byte where a[ao..ao+n) and b[bo..bo+n) differ, or -1.
+inline long diff_at(const std::vector<uint8_t>& a, size_t ao, const std::vector<uint8_t>& b, size_t bo, size_t n) {
+    if (ao + n > a.size() || bo + n > b.size()) return -2;  // a range outside its vector
+    return n ? gvtest::first_diff(a.data() + ao, b.data() + bo, n) : -1;
+}
+
+
+// ---- the environment of one test --------------------------------------------------------------
+
+/// How the pair of QPs of a test is made and connected.
+struct PairConfig {
+    gv::QpOptions qp{};              ///< the CQs and queue memory are set by the env
+    uint32_t cq_depth = 4096;
+    gv::InitAttr responder_init{};   ///< the responder's access rights
+    gv::RtrAttr responder_rtr{};     ///< e.g. min_rnr_timer
+    gv::RtsAttr requester_rts{};     ///< e.g. rnr_retry
+    bool connect = true;
+};
+
+/// One test's world on an instance: context, a connected pair (QP 0 requester, QP 1
+/// responder), registered buffers, and run(script).
+class TrafficEnv {
+public:
+    TrafficEnv(const Instance& inst, const PairConfig& cfg = {})
+        : inst_(inst), pair_(gv::Context(inst.context), cfg.qp, inst.queues, cfg.cq_depth, false) {
+        if (cfg.connect) {
+            pair_.qp[0]->connect(pair_.qp[1]->endpoint(), {}, {}, cfg.requester_rts);
+            pair_.qp[1]->connect(pair_.qp[0]->endpoint(), cfg.responder_init, cfg.responder_rtr);
+        }
+    }
+    ~TrafficEnv() {
+        regions_.clear();  // before the buffers they cover
+        buffers_.clear();
+    }
+
+    const Instance& instance() const { return inst_; }
+    gvtest::Pair& pair() { return pair_; }
+    gv::QueuePair& qp(int i) { return *pair_.qp[i]; }
+    gv::dev::QpHandle handle(int i) const { return pair_.h(i); }
+    const gv::ProtectionDomain& pd() const { return pair_.pd; }
+
+    /// A buffer of n bytes in the instance's memory, registered with `access`, every byte
+    /// `fill` (kGuard unless said; -1: left as allocated).
+    Buffer& buffer(size_t n, uint32_t access, int fill = gvtest::kGuard) {
+        buffers_.push_back(std::make_unique<Buffer>(*inst_.buffers, pair_.pd, n, access, fill));
+        return *buffers_.back();
+    }
+    /// Another region over b[off, off+len), in the pair's protection domain or in `pd`.
+    const gv::MemoryRegion& region(const Buffer& b, size_t off, size_t len, uint32_t access,
+                                   const gv::ProtectionDomain* pd = nullptr) {
+        regions_.push_back(std::make_unique<gv::MemoryRegion>(pd ? *pd : pair_.pd, b.ptr(off), len, access));
+        return *regions_.back();
+    }
+    /// A second protection domain of the context.
+    const gv::ProtectionDomain& other_pd() {
+        if (!other_pd_) other_pd_ = std::make_unique<gv::ProtectionDomain>(pair_.ctx);
+        return *other_pd_;
+    }
+
+    /// Runs a script on the instance's initiator.
+    RunResult run(const Script& s) {
+        RunData d = s.data({pair_.h(0), pair_.h(1)});
+        inst_.initiator->run(d);
+        return RunResult(inst_.name, std::move(d));
+    }
+
+    /// What commit returns for a QP in ERROR on this instance.
+    gv::Status commit_in_error() const {
+        return inst_.device_sees_qp_state ? gv::Status::QpError : gv::Status::Ok;
+    }
+
+private:
+    const Instance& inst_;
+    gvtest::Pair pair_;
+    std::unique_ptr<gv::ProtectionDomain> other_pd_;
+    std::vector<std::unique_ptr<Buffer>> buffers_;
+    std::vector<std::unique_ptr<gv::MemoryRegion>> regions_;
+};
+
+/// The fixture of the suite: skips (with the reason) where the instance cannot run.
+class Traffic : public testing::TestWithParam<Instance> {
+protected:
+    void SetUp() override {
+        std::string why = GetParam().unavailable();
+        if (!why.empty()) GTEST_SKIP() << GetParam().name << ": " << why;
+    }
+    const Instance& inst() const { return GetParam(); }
+};
+
+}  // namespace gvtest::traffic
