@@ -70,6 +70,10 @@ def check_tests(build):
     if out.returncode != 0:
         print("ctest --show-only=json-v1 failed:", out.stderr.strip())
         return 1
+    if "CMake Error" in out.stderr:  # a test file ctest could not read: its tests are lost
+        print("ctest could not read every test file of", build, "(their tests would not run):")
+        print(out.stderr.strip())
+        return 1
     tests = json.loads(out.stdout).get("tests", [])
     bad, gtests, scripts = [], 0, 0
     for t in tests:
