@@ -93,6 +93,12 @@ public:
     const std::string& selection() const;
     /// True when the library was built with CUDA support.
     static bool cuda_built();
+    /// True once gpuverbs made a CUDA call in this process: a context on a GPU (also gpu = -2,
+    /// the default, which asks CUDA whether there is one), gpu_count(), memory registration
+    /// in a process where CUDA is in use. A process that opens only CPU contexts (gpu = -1)
+    /// makes none: it never initialises CUDA, so children it forks may use CUDA, and it does
+    /// not become an MPS client.
+    static bool cuda_used();
     /// Number of CUDA GPUs visible (0 without CUDA).
     static int gpu_count();
 

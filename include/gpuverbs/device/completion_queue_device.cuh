@@ -95,8 +95,12 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
     return n;
 }
 
-/// True once the software device lost a completion because this CQ was full.
+/// True once the software device lost a completion because this CQ was full. From a CPU
+/// thread, false for a CQ in GPU memory (unreadable there; kernels see the flag).
 GV_HOST_DEVICE bool cq_overrun(const CqHandle& cq) {
+#if !GV_DEVICE_CODE
+    if (!cq.host_reachable) return false;  // GPU memory: a CPU thread cannot read the flag
+#endif
     return cq.overrun && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
 }
 
