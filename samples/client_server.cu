@@ -19,7 +19,8 @@
 // Buffers a peer reaches are gv::SharedBuffers (GPU memory on a GPU context, host memory on a
 // CPU one); the rest is private. At the end each side tells the other over TCP whether it
 // validated everything, then prints "Validation successful" (exit status 0) or what failed
-// (exit status 1). Every wait is bounded by --timeout-ms.
+// (exit status 1). Every wait is bounded by --timeout-ms. The server serves one client; until
+// one passes the handshake it rejects bad connections with their reason and keeps listening.
 //
 // Built as CUDA when the library has CUDA, as plain C++ (CPU threads only) otherwise.
 #include <unistd.h>
@@ -39,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"
@@ -88,9 +90,7 @@ int round_failed(oob::Channel& ch, QueuePair& qp, const RoundResult& o, uint32_t
 }
 
 int run_server(const Args& a) {
-    int code = 0;
-    const int gpu = choose_gpu(a, &code);
-    if (code) return code;
+    const int gpu = choose_gpu(a);
     Side side(a, gpu);
     Context& ctx = side.ctx;
     ProtectionDomain& pd = side.pd;
@@ -104,17 +104,40 @@ int run_server(const Args& a) {
     MemoryRegion mr_d(pd, buf_d.data(), n, kLocalWrite);
     RoundRunner runner(on_gpu);
 
+    // One client is served. Until a well-formed one has connected its QP to ours, a client
+    // that fails the handshake (closes, stays silent, sends garbage, asks for other --size or
+    // --rounds, exports the wrong buffers) is rejected with its reason and we wait for the
+    // next, up to `wait_ms` in all.
+    const int wait_ms = std::max(a.timeout_ms, 60000);
     oob::Listener lis = oob::Channel::listen(a.port, a.bind);
+    say("serving one client, then exiting; waiting up to %d s for it", wait_ms / 1000);
     say("listening on %s:%u", lis.address().c_str(), unsigned(lis.port()));
-    oob::Channel ch = lis.accept(std::max(a.timeout_ms, 60000));
+    oob::Exchanged got;
+    auto handshake = [&](oob::Channel& c, int budget_ms) {
+        agree(c, a, budget_ms);
+        got = c.exchange(ctx.backend(), {qp.endpoint()}, {mr_a.remote()}, budget_ms);
+        if (got.buffers.size() != 2 || got.buffers[0].length < 8 || got.buffers[1].length < n)
+            throw RemoteError("the client exported unexpected buffers (want its flag and its buffer C)");
+        try {
+            qp.connect(got.qps.at(0));
+        } catch (const Error& e) {
+            qp.reset();  // ready for the next client
+            throw RemoteError(std::string("the client's QP endpoint cannot be connected: ") + e.what());
+        }
+        try {
+            barrier(c, budget_ms);
+        } catch (const Error&) {
+            qp.reset();
+            throw;
+        }
+    };
+    auto rejected = [&](const std::string& peer, const std::string& why) {
+        std::fprintf(stderr, "[server] rejected the client at %s: %s; still listening\n", peer.c_str(), why.c_str());
+        std::fflush(stderr);
+    };
+    oob::Channel ch = lis.accept_client(wait_ms, a.timeout_ms, handshake, rejected);
     lis.close();
     say("client %s connected", ch.peer().c_str());
-    agree(ch, a);
-    oob::Exchanged got = ch.exchange(ctx.backend(), {qp.endpoint()}, {mr_a.remote()}, a.timeout_ms);
-    if (got.buffers.size() != 2 || got.buffers[0].length < 8 || got.buffers[1].length < n)
-        throw RemoteError("the client exported unexpected buffers (want its flag and its buffer C)");
-    qp.connect(got.qps.at(0));
-    barrier(ch, a.timeout_ms);
 
     ServerJob j{qp.device_handle(), buf_b.as<uint8_t>(), mr_b.lkey(),
                 buf_d.data(),       mr_d.lkey(),         got.buffers[0],
@@ -140,9 +163,7 @@ int run_server(const Args& a) {
 }
 
 int run_client(const Args& a) {
-    int code = 0;
-    const int gpu = choose_gpu(a, &code);
-    if (code) return code;
+    const int gpu = choose_gpu(a);
     Side side(a, gpu);
     Context& ctx = side.ctx;
     ProtectionDomain& pd = side.pd;
@@ -157,9 +178,11 @@ int run_client(const Args& a) {
     MemoryRegion mr_back(pd, back.data(), n, kLocalWrite);
     RoundRunner runner(on_gpu);
 
-    oob::Channel ch = oob::Channel::connect(a.host, a.port, a.timeout_ms);
+    oob::Channel ch = oob::Channel::connect(a.host, a.port, a.timeout_ms, [&] {
+        say("waiting for a server at %s:%u (up to %g s)...", a.host.c_str(), unsigned(a.port), a.timeout_ms / 1000.0);
+    });
     say("connected to %s", ch.peer().c_str());
-    agree(ch, a);
+    agree(ch, a, a.timeout_ms);
     oob::Exchanged got =
         ch.exchange(ctx.backend(), {qp.endpoint()}, {mr_flag.remote(), mr_c.remote()}, a.timeout_ms);
     if (got.buffers.size() != 1 || got.buffers[0].length < n)
@@ -187,19 +210,17 @@ int run_client(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    Args a;
-    try {
-        int rc = parse(argc, argv, a);
-        if (rc) return rc < 0 ? 0 : rc;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "client_server: %s\n", e.what());
-        return usage(argv[0]);
-    }
-    g_role = a.server ? "server" : "client";
-    try {
-        return a.server ? run_server(a) : run_client(a);
-    } catch (const std::exception& e) {
-        error("%s", e.what());
-        return 1;
-    }
+    return gvcli::run(argc, argv, usage(), [](gvcli::Args& args) {
+        Args a;
+        parse(args, a);
+        g_role = a.server ? "server" : "client";
+        try {
+            return a.server ? run_server(a) : run_client(a);
+        } catch (const std::bad_alloc&) {
+            throw;  // gvcli::run says it: out of memory
+        } catch (const std::exception& e) {
+            error("%s", e.what());
+            return 1;
+        }
+    });
 }

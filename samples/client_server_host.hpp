@@ -63,67 +63,57 @@ struct Args {
     int delay_ms = 0;
 };
 
-int usage(const char* me, FILE* f = stderr) {
-    std::fprintf(f,
-                 "usage: %s --server [options]\n"
-                 "       %s --client HOST [options]\n"
-                 "  --server         wait for a client (on --bind, default 127.0.0.1)\n"
-                 "  --client HOST    connect to the server at HOST\n"
-                 "  --port P         TCP port of the exchange (default %u; --server --port 0: a free one,\n"
-                 "                   printed)\n"
-                 "  --bind ADDR      address the server listens on (default 127.0.0.1)\n"
-                 "  --device NAME    RDMA device: soft (the software device, default), mlx5, mlx5_N, verbs\n"
-                 "  --gpu N          GPU whose kernels drive the data path (default 0 when the machine has\n"
-                 "                   one); -1: CPU threads\n"
-                 "  --size BYTES     buffer size, K or M suffix allowed (default 64K, at most 256M)\n"
-                 "  --rounds N       rounds (default 10)\n"
-                 "  --timeout-ms MS  bound of every wait (default %d; the server waits at least 60 s for a\n"
-                 "                   client)\n"
-                 "  --delay-ms MS    pause before every round after the first (default 0)\n"
-                 "Both sides need the same --size and --rounds. Exit status: 0 validated, 1 failed,\n"
-                 "2 bad usage, 77 the GPU asked for does not exist.\n",
-                 me, me, unsigned(oob::kDefaultPort), oob::kDefaultTimeoutMs);
-    return f == stderr ? 2 : 0;
+std::string usage() {
+    return gvcli::format(
+        "usage: client_server --server [options]\n"
+        "       client_server --client HOST [options]\n"
+        "Two processes connect queue pairs of the software RDMA device over TCP and run rounds of\n"
+        "RDMA WRITE_IMM, SEND_IMM and READ, driven by CUDA kernels (or, --gpu -1, CPU threads).\n"
+        "  --server         serve one client, then exit. Listens on --bind (default 127.0.0.1: this\n"
+        "                   host only); waits up to max(--timeout-ms, 60 s) in all for a well-formed\n"
+        "                   client, rejecting (with the reason) connections that are not: one that\n"
+        "                   closes or stays silent, sends garbage, or asks for other --size/--rounds\n"
+        "  --client HOST    connect to the server at HOST (retried until --timeout-ms)\n"
+        "  --port P         TCP port of the exchange (default %u; --server --port 0: a free one,\n"
+        "                   printed)\n"
+        "  --bind ADDR      address the server listens on (default 127.0.0.1; 0.0.0.0: every\n"
+        "                   address of this host)\n"
+        "  --device NAME    RDMA device: soft (the software device, default), mlx5, mlx5_N, verbs\n"
+        "  --gpu N          GPU whose kernels drive the data path (default 0 when the machine has\n"
+        "                   one); -1: CPU threads\n"
+        "  --size BYTES     buffer size, K or M suffix allowed (default 64K, at most 256M)\n"
+        "  --rounds N       rounds (default 10)\n"
+        "  --timeout-ms MS  bound of every wait, also of each client's handshake (default %d)\n"
+        "  --delay-ms MS    pause before every round after the first (default 0)\n"
+        "  --help           this text\n"
+        "Both sides need the same --size and --rounds. Exit status: 0 validated, 1 failed (the\n"
+        "reason on stderr; also when the GPU asked for does not exist), 2 bad usage.\n",
+        unsigned(oob::kDefaultPort), oob::kDefaultTimeoutMs);
 }
 
-/// Parses the command line; returns 0 to run, -1 after --help, or 2 after a usage error.
-int parse(int argc, char** argv, Args& a) {
+/// Parses the command line (gvcli::UsageError for a mistake).
+void parse(gvcli::Args& args, Args& a) {
     bool server = false, client = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
-            return argv[++i];
-        };
-        auto number = [&](long long lo, long long hi, bool suffix = false) {
-            std::string v = value();
-            char* end = nullptr;
-            errno = 0;
-            long long n = std::strtoll(v.c_str(), &end, 10);
-            if (suffix && end && (*end == 'k' || *end == 'K')) n *= 1024, ++end;
-            else if (suffix && end && (*end == 'm' || *end == 'M')) n *= 1024 * 1024, ++end;
-            if (v.empty() || errno || *end || n < lo || n > hi)
-                throw InvalidUsage(s + " " + v + ": expected an integer in " + std::to_string(lo) + " .. " +
-                                   std::to_string(hi));
-            return n;
-        };
-        if (s == "--server") server = true;
-        else if (s == "--client") client = true, a.host = value();
-        else if (s == "--port") a.port = uint16_t(number(0, 65535));
-        else if (s == "--bind") a.bind = value();
-        else if (s == "--device") a.device = value();
-        else if (s == "--gpu") a.gpu = int(number(-1, 1023));
-        else if (s == "--size") a.size = uint64_t(number(1, kMaxSize, true));
-        else if (s == "--rounds") a.rounds = uint32_t(number(1, kMaxRounds));
-        else if (s == "--timeout-ms") a.timeout_ms = int(number(1, 3600000));
-        else if (s == "--delay-ms") a.delay_ms = int(number(0, 600000));
-        else if (s == "--help" || s == "-h") return usage(argv[0], stdout) - 1;  // -1: exit 0
-        else throw InvalidUsage("unknown option " + s);
+    while (args.next()) {
+        if (args.is("--server")) server = true;
+        else if (args.is("--client")) client = true, a.host = args.value();
+        else if (args.is("--port")) a.port = uint16_t(args.integer(0, 65535));
+        else if (args.is("--bind")) a.bind = args.value();
+        else if (args.is("--device")) {
+            a.device = args.value();
+            if (a.device != "soft" && a.device != "verbs" && a.device != "mlx5" && a.device.rfind("mlx5_", 0) != 0)
+                throw gvcli::UsageError("--device " + a.device + ": expected soft, mlx5, mlx5_N or verbs");
+        }
+        else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 1023));
+        else if (args.is("--size")) a.size = uint64_t(args.integer(1, kMaxSize, true));
+        else if (args.is("--rounds")) a.rounds = uint32_t(args.integer(1, kMaxRounds));
+        else if (args.is("--timeout-ms")) a.timeout_ms = int(args.integer(1, 3600000));
+        else if (args.is("--delay-ms")) a.delay_ms = int(args.integer(0, 600000));
+        else args.unknown();
     }
-    if (server == client) throw InvalidUsage("give --server or --client HOST");
-    if (client && a.port == 0) throw InvalidUsage("the client needs the server's --port");
+    if (server == client) throw gvcli::UsageError("give --server or --client HOST");
+    if (client && a.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
     a.server = server;
-    return 0;
 }
 
 ContextOptions context_options(const Args& a, int gpu) {
@@ -133,33 +123,25 @@ ContextOptions context_options(const Args& a, int gpu) {
     else if (a.device == "verbs") o.backend = Backend::Verbs;
     else if (a.device == "mlx5" || a.device.rfind("mlx5_", 0) == 0)
         o.backend = Backend::Mlx5, o.device = a.device == "mlx5" ? "" : a.device;
-    else throw InvalidUsage("--device " + a.device + ": expected soft, mlx5, mlx5_N or verbs");
     return o;
 }
 
-/// The GPU to run on (-1: CPU threads), or -2 with *exit_code set. On a GPU, makes sure MPS
-/// runs first: that must precede this process's first CUDA call.
-int choose_gpu(const Args& a, int* exit_code) {
-    const bool driver = access("/dev/nvidiactl", F_OK) == 0;  // no CUDA call yet
+/// The GPU to run on (-1: CPU threads); NotSupported, saying why, when the GPU asked for
+/// does not exist. Decided before anything else (before listening or connecting). On a GPU,
+/// makes sure MPS runs first: that must precede this process's first CUDA call. With
+/// --gpu -1 no CUDA call is made at all.
+int choose_gpu(const Args& a) {
+    const std::string no_gpu = kCudaBuilt ? gvcli::no_gpu_reason() : "this build has no CUDA";  // no CUDA call
     int gpu = a.gpu;
-    if (gpu == -2 && !(kCudaBuilt && driver)) gpu = -1;
+    if (gpu == -2 && !no_gpu.empty()) gpu = -1;
     if (gpu == -1) return -1;
-    if (!kCudaBuilt || !driver) {
-        error("--gpu %d: %s; use --gpu -1 (CPU threads)", gpu,
-              kCudaBuilt ? "no NVIDIA driver on this machine (no /dev/nvidiactl)" : "this build has no CUDA");
-        *exit_code = 77;
-        return -2;
-    }
+    if (!no_gpu.empty()) throw NotSupported(format("--gpu %d: %s; use --gpu -1 (CPU threads)", gpu, no_gpu.c_str()));
     // Kernels of two processes on one GPU need MPS to run at the same time.
     std::string note = mps::ensure(true);
     if (!note.empty()) std::fprintf(stderr, "[%s] warning: %s\n", g_role, note.c_str());
     const int n = Context::gpu_count();
     if (a.gpu == -2) return n > 0 ? 0 : -1;
-    if (gpu >= n) {
-        error("--gpu %d: %d CUDA GPU(s) visible; use --gpu -1 (CPU threads)", gpu, n);
-        *exit_code = 77;
-        return -2;
-    }
+    if (gpu >= n) throw NotSupported(format("--gpu %d: %d CUDA GPU(s) visible; use --gpu -1 (CPU threads)", gpu, n));
     return gpu;
 }
 
@@ -398,21 +380,22 @@ std::string describe(const RoundResult& o, bool server, int timeout_ms) {
 
 // ---- the TCP side: parameters, barrier, verdicts ---------------------------------------------
 
-/// Each side sends what it was asked to run; both must agree.
-void agree(oob::Channel& ch, const Args& a) {
+/// Each side sends what it was asked to run; both must agree (RemoteError when they do not).
+void agree(oob::Channel& ch, const Args& a, int timeout_ms) {
     std::vector<uint8_t> m(13);
     m[0] = 'P';
     std::memcpy(&m[1], &a.rounds, 4);
     std::memcpy(&m[5], &a.size, 8);
-    ch.send_message(m, a.timeout_ms);
-    std::vector<uint8_t> p = ch.recv_message(a.timeout_ms);
-    if (p.size() != 13 || p[0] != 'P') throw RemoteError("the peer is not a client_server of this version");
+    ch.send_message(m, timeout_ms);
+    std::vector<uint8_t> p = ch.recv_message(timeout_ms);
+    if (p.size() != 13 || p[0] != 'P')
+        throw RemoteError("the peer at " + ch.peer() + " speaks gpuverbs but is not a client_server of this version");
     uint32_t rounds;
     uint64_t size;
     std::memcpy(&rounds, &p[1], 4);
     std::memcpy(&size, &p[5], 8);
     if (rounds != a.rounds || size != a.size)
-        throw InvalidUsage(
+        throw RemoteError(
             format("the %s runs %u rounds of %llu bytes, we were asked for %u rounds of %llu bytes: "
                    "give both sides the same --rounds and --size",
                    a.server ? "client" : "server", rounds, (unsigned long long)size, a.rounds,

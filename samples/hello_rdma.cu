@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
@@ -25,12 +27,20 @@ __global__ void put_get(gv::dev::QpHandle qp, uint8_t* src, uint32_t src_lkey, u
         *status = 4;
 }
 
-int main() {
-    try {
-        if (gv::Context::gpu_count() == 0) {
-            std::printf("hello_rdma needs a CUDA GPU (tools/gv_demo --cpu runs on CPU threads)\n");
-            return 2;
-        }
+const char* const kUsage =
+    "usage: hello_rdma\n"
+    "The three steps of an RDMA application in one process, on the software RDMA device\n"
+    "executing on GPU 0: one block WRITEs its chunks to the peer's buffer and READs them back;\n"
+    "every byte is checked. Needs a CUDA GPU (tools/gv_demo --gpu -1 runs on CPU threads).\n"
+    "  --help   this text\n"
+    "Exit status: 0 verified, 1 failed (the reason on stderr), 2 bad usage.\n";
+
+int run() {
+    {
+        std::string no_gpu = gvcli::no_gpu_reason();
+        if (no_gpu.empty() && gv::Context::gpu_count() == 0) no_gpu = "no CUDA GPU visible";
+        if (!no_gpu.empty())
+            throw gv::NotSupported(no_gpu + ": hello_rdma needs a CUDA GPU (tools/gv_demo --gpu -1 runs on CPU threads)");
         // Step 1: local configuration.
         gv::Context ctx(gv::ContextOptions{gv::Backend::Soft, 0});
         gv::ProtectionDomain pd(ctx);
@@ -61,18 +71,15 @@ int main() {
         cudaError_t e = cudaDeviceSynchronize();
         int st = 0;
         cudaMemcpy(&st, status, sizeof st, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess || st) {
-            std::printf("hello_rdma: kernel failed (%s, status %d)\n", cudaGetErrorString(e), st);
-            return 1;
-        }
+        if (e != cudaSuccess || st)
+            throw gv::Error(std::string("the kernel failed (") + cudaGetErrorString(e) + ", status " +
+                            std::to_string(st) + ")");
         for (uint8_t* buf : {dst, back}) {
             cudaMemcpy(out.data(), buf, n, cudaMemcpyDeviceToHost);
             for (size_t i = 0; i < n; ++i)
-                if (out[i] != h[i]) {
-                    std::printf("mismatch in %s at offset %zu: expected 0x%02x, got 0x%02x\n",
-                                buf == dst ? "WRITE" : "READ", i, h[i], out[i]);
-                    return 1;
-                }
+                if (out[i] != h[i])
+                    throw gv::Error(gvcli::format("mismatch in %s at offset %zu: expected 0x%02x, got 0x%02x",
+                                                  buf == dst ? "WRITE" : "READ", i, h[i], out[i]));
         }
         std::printf("Validation successful: %u WRITEs and %u READs of %u bytes\n", threads, threads, chunk);
         cudaFree(src);
@@ -80,8 +87,12 @@ int main() {
         cudaFree(back);
         cudaFree(status);
         return 0;
-    } catch (const gv::Error& e) {
-        std::printf("hello_rdma: %s\n", e.what());
-        return 1;
     }
+}
+
+int main(int argc, char** argv) {
+    return gvcli::run(argc, argv, kUsage, [](gvcli::Args& args) {
+        while (args.next()) args.unknown();  // no options but --help
+        return run();
+    });
 }

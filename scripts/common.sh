@@ -4,7 +4,9 @@
 #
 # Env: GV_BUILD_DIR (default build), GV_BUILD_TYPE (default Release),
 #      GV_CMAKE_ARGS (extra configure arguments, split on spaces, e.g.
-#      "-DCMAKE_CUDA_ARCHITECTURES=80"), GV_SETUP_SKIP=1 (skip scripts/setup.sh).
+#      "-DCMAKE_CUDA_ARCHITECTURES=80", or "-DGV_ENABLE_CUDA=OFF" for a quick CPU-only tree),
+#      GV_SETUP_SKIP=1 (skip scripts/setup.sh), GV_HEARTBEAT_S (seconds of silence before a
+#      build says it still runs, default 30).
 
 GV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GV_BUILD_DIR=${GV_BUILD_DIR:-build}
@@ -38,4 +40,69 @@ describe_gpu() {
     else
         echo "GPUs: none visible (GPU tests skip themselves; the demo runs on CPU threads)"
     fi
+}
+
+# gpu_visible: true when nvidia-smi lists a GPU.
+gpu_visible() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+
+# cuda_tree DIR: true when DIR was configured with the GPU parts (CUDA enabled, which leaves
+# CMAKE_CUDA_FLAGS in the cache, and GV_ENABLE_CUDA not OFF).
+cuda_tree() {
+    local cache=$1/CMakeCache.txt
+    [ -f "$cache" ] || return 1
+    grep -q '^GV_ENABLE_CUDA:BOOL=OFF' "$cache" && return 1
+    grep -q '^CMAKE_CUDA_FLAGS:STRING=' "$cache"
+}
+
+# about CORE_MINUTES MAX_PARALLEL: roughly how long work of CORE_MINUTES takes on GV_JOBS
+# cores, when at most MAX_PARALLEL compilations can run at once.
+about() {
+    local cores=$GV_JOBS
+    [ "$cores" -gt "$2" ] && cores=$2
+    local m=$((($1 + cores - 1) / cores))
+    [ "$m" -le 1 ] && echo "about a minute" || echo "about $m min"
+}
+
+# heartbeat LABEL: copies its input through; after GV_HEARTBEAT_S (30) seconds without a line
+# (nvcc compiles a large file in silence for up to two minutes), says that LABEL still runs.
+heartbeat() {
+    local label=$1 quiet=${GV_HEARTBEAT_S:-30} t0=$SECONDS line st
+    while :; do
+        line=""
+        IFS= read -r -t "$quiet" line && st=0 || st=$?
+        if [ $st = 0 ]; then
+            printf '%s\n' "$line"
+        elif [ $st -gt 128 ]; then
+            [ -n "$line" ] && printf '%s' "$line"
+            printf '  ... %s: still running (%d s so far)\n' "$label" $((SECONDS - t0))
+        else
+            [ -n "$line" ] && printf '%s\n' "$line"  # a last line without a newline
+            return 0
+        fi
+    done
+}
+
+# build_tree DIR: builds DIR (-jGV_JOBS), saying first what it builds and roughly how long a
+# fresh build of it takes on this machine, and while the build is silent that it still runs.
+# Returns the build's exit status.
+build_tree() {
+    local dir=$1 what time
+    if cuda_tree "$dir"; then
+        # Measured: about 20 core-minutes, most of it nvcc on the GPU tests and tools.
+        what="the library, samples, tools and tests, with the GPU code (CUDA)"
+        time=$(about 20 12)
+        if ! gpu_visible; then
+            what="$what; no GPU here, so its tests will skip (CI keeps compiling it);"
+            what="$what GV_CMAKE_ARGS=-DGV_ENABLE_CUDA=OFF builds a CPU-only tree instead"
+        fi
+    elif grep -q '^GV_SANITIZE:STRING=.' "$dir/CMakeCache.txt" 2>/dev/null; then
+        what="the CPU-only library, samples, tools and tests, with sanitizers (slower to compile)"
+        time=$(about 8 8)
+    else
+        what="the CPU-only library, samples, tools and tests"
+        time=$(about 4 8)
+    fi
+    echo "building $dir: $what"
+    echo "  a fresh build takes $time on $GV_JOBS cores (an up-to-date tree: seconds)"
+    cmake --build "$dir" -j"$GV_JOBS" 2>&1 | heartbeat "building $dir"
 }

@@ -21,7 +21,9 @@ section "build: gv_demo (-j$GV_JOBS)"
 if ! cmake --build "$GV_BUILD_DIR" --target help | grep -w gv_demo >/dev/null; then
     fail "this checkout has no gv_demo target (tools/CMakeLists.txt defines none yet), so there is no demo to run"
 fi
-cmake --build "$GV_BUILD_DIR" --target gv_demo -j"$GV_JOBS" || fail "build of gv_demo failed"
+echo "building gv_demo and the library in $GV_BUILD_DIR (about a minute; a little more with CUDA)"
+cmake --build "$GV_BUILD_DIR" --target gv_demo -j"$GV_JOBS" 2>&1 | heartbeat "building gv_demo" ||
+    fail "build of gv_demo failed"
 demo=$GV_BUILD_DIR/tools/gv_demo
 [ -x "$demo" ] || fail "the build finished but $demo does not exist"
 

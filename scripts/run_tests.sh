@@ -8,6 +8,7 @@
 # Env (see also scripts/common.sh): GV_SKIP_SANITIZERS=1 skips the sanitizer tree;
 # GV_SKIP_RDMA_VM=1 skips the real-verbs tier;
 # GV_ASAN_BUILD_DIR (default build-asan); GV_CTEST_JOBS (parallel CPU tests, default nproc).
+# A quick CPU-only try on a machine with nvcc but no GPU: GV_CMAKE_ARGS=-DGV_ENABLE_CUDA=OFF.
 # Exits non-zero when anything fails; every test stage runs even after an earlier one failed.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -19,12 +20,20 @@ CTEST_JOBS=${GV_CTEST_JOBS:-$GV_JOBS}
 failed=()
 
 # run_ctest NAME DIR ARGS...: records a failure instead of stopping; the output stays in
-# DIR/ctest-last.log.
+# DIR/ctest-last.log. Then checks that no test said it skipped while ctest counted it as
+# passed (tests/skip_guard.py, over ctest's JUnit report).
 run_ctest() {
     local name=$1 dir=$2
     shift 2
-    if ! ctest --test-dir "$dir" --output-on-failure --no-tests=ignore "$@" 2>&1 | tee "$dir/ctest-last.log"; then
+    rm -f "$dir/ctest-junit.xml"
+    if ! ctest --test-dir "$dir" --output-on-failure --no-tests=ignore --output-junit ctest-junit.xml "$@" 2>&1 |
+        tee "$dir/ctest-last.log"; then
         failed+=("$name")
+    fi
+    if ! command -v python3 >/dev/null; then
+        failed+=("$name: python3 is missing (scripts/setup.sh installs it), so skips were not checked")
+    elif [ -f "$dir/ctest-junit.xml" ] && ! python3 "$GV_ROOT/tests/skip_guard.py" junit "$dir/ctest-junit.xml"; then
+        failed+=("$name: a test said it skipped but ctest counted it as passed (listed above)")
     fi
 }
 
@@ -46,7 +55,7 @@ section "configure: $GV_BUILD_DIR ($GV_BUILD_TYPE)"
 configure "$GV_BUILD_DIR"
 
 section "build: $GV_BUILD_DIR (-j$GV_JOBS)"
-cmake --build "$GV_BUILD_DIR" -j"$GV_JOBS" || fail "build of $GV_BUILD_DIR failed"
+build_tree "$GV_BUILD_DIR" || fail "build of $GV_BUILD_DIR failed"
 
 # GPU tests run one at a time (they share one GPU), the VM tier on its own (it keeps both cores
 # busy); everything else in parallel.
@@ -78,7 +87,7 @@ else
         -DGV_SANITIZE=address,undefined -DGV_ENABLE_CUDA=OFF
 
     section "build: $GV_ASAN_BUILD_DIR (-j$GV_JOBS)"
-    cmake --build "$GV_ASAN_BUILD_DIR" -j"$GV_JOBS" || fail "build of $GV_ASAN_BUILD_DIR failed"
+    build_tree "$GV_ASAN_BUILD_DIR" || fail "build of $GV_ASAN_BUILD_DIR failed"
 
     section "test: CPU tests under ASan + UBSan ($GV_ASAN_BUILD_DIR, ctest -L cpu -j$CTEST_JOBS)"
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \

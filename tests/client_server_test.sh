@@ -9,7 +9,14 @@
 #   gpu            the same with --gpu 0 on both sides; exit 77 (a skip) when the sample says
 #                  the GPU does not exist; stops the MPS daemon afterwards if the run started it
 #   no-server      a client with nobody listening exits non-zero within its --timeout-ms,
-#                  naming host:port
+#                  naming host:port, and says once what it waits for
+#   bad-clients    the server survives, one after the other, a client that connects and
+#                  closes, one that sends garbage, one that stays silent (rejected after
+#                  --timeout-ms), a real client with other --rounds (which exits 1 saying so):
+#                  each is rejected with its reason, then a well-formed client is served
+#   not-gpuverbs   a client that reaches an HTTP server, or a server that closes without a
+#                  word, exits 1: "the peer at HOST:PORT does not speak the gpuverbs exchange
+#                  protocol" (fake servers in python3; a skip without python3)
 #   port-in-use    a second server on a port already taken exits non-zero: "already in use"
 #   server-killed  the server is SIGKILLed mid-run: the client exits non-zero at once, saying so
 #   client-killed  the same the other way round
@@ -125,7 +132,7 @@ wait_for() {
 }
 
 # pair TAG SECONDS ARGS...: a server and a client with ARGS; both must validate. Returns 77
-# when the server says the GPU asked for does not exist.
+# when the server says the GPU asked for does not exist (it exits 1, pointing to --gpu -1).
 pair() {
     local tag=$1 secs=$2
     shift 2
@@ -133,7 +140,7 @@ pair() {
     if ! port_of "server$tag"; then
         local rc
         rc=$(cat "$tmp/server$tag.rc")
-        if [ "$rc" = 77 ]; then
+        if [ "$rc" = 1 ] && grep -q "use --gpu -1" "$tmp/server$tag.out"; then
             echo "SKIP: $(cat "$tmp/server$tag.out")"
             return 77
         fi
@@ -242,6 +249,90 @@ in_namespaces() {
         fail "the server did not see the client at $addr_c (the veth address)"
 }
 
+# count NAME TEXT: sets $n to the number of NAME's output lines that hold TEXT.
+count() { n=$(grep -c -- "$2" "$tmp/$1.out"); }
+
+# wait_count NAME TEXT N SECONDS: waits until N lines of NAME's output hold TEXT.
+wait_count() {
+    local deadline=$(($(now_ms) + $4 * 1000))
+    count "$1" "$2"
+    until [ "$n" -ge "$3" ]; do
+        [ "$(now_ms)" -le "$deadline" ] || fail "$1 printed $n, not $3, lines with '$2' within $4 s"
+        [ -f "$tmp/$1.rc" ] && fail "$1 exited (status $(cat "$tmp/$1.rc")) before $3 lines with '$2'"
+        sleep 0.02
+        count "$1" "$2"
+    done
+}
+
+# bad_clients: the server survives bad clients (see the case list at the top).
+bad_clients() {
+    start server --server --port 0 --gpu -1 --timeout-ms 1500
+    port_of server || fail "server exited with status $(cat "$tmp/server.rc") before listening"
+    local r="rejected the client at 127.0.0.1:[0-9]*: "
+    # 1. connects and closes at once (bash's /dev/tcp).
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") || fail "cannot connect to the server"
+    wait_count server "$r.*the connection without sending the gpuverbs greeting; still listening" 1 10
+    # 2. garbage: an HTTP request.
+    (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET / HTTP/1.1\r\nHost: x\r\n\r\n' >&3 && sleep 1)
+    wait_count server "$r.*does not speak the gpuverbs exchange protocol: it sent \"GET / HTTP/1.1" 1 10
+    # 3. silent: connects and says nothing for longer than the server's --timeout-ms.
+    (exec 3<>"/dev/tcp/127.0.0.1/$port" && sleep 4) &
+    wait_count server "${r}timed out after 1500 ms waiting for a message" 1 10
+    # 4. a real client asking for other rounds: rejected on both sides, with the reason.
+    start mismatch --client 127.0.0.1 --port "$port" --gpu -1 --rounds 3 --timeout-ms 10000
+    wait_exit mismatch 20
+    [ "$status" = 1 ] || fail "the client with other --rounds exited with status $status (expected 1)"
+    grep -q "error: the server runs 10 rounds of 65536 bytes, we were asked for 3 rounds" "$tmp/mismatch.out" ||
+        fail "the client with other --rounds did not say why it was refused"
+    wait_count server "${r}the client runs 3 rounds of 65536 bytes, we were asked for 10 rounds" 1 10
+    # The server still listens: a well-formed client is served, and both validate.
+    start client --client 127.0.0.1 --port "$port" --gpu -1
+    wait_exit client 60
+    [ "$status" = 0 ] || fail "the well-formed client exited with status $status"
+    wait_exit server 60
+    [ "$status" = 0 ] || fail "the server exited with status $status"
+    local side
+    for side in client server; do
+        grep -q "Validation successful" "$tmp/$side.out" || fail "$side did not print Validation successful"
+    done
+    count server "rejected the client"
+    [ "$n" = 4 ] || fail "the server rejected $n clients, expected 4"
+}
+
+# fake_server MODE: a TCP server that is not gpuverbs (python3) on a free port, in the
+# background; sets $port. MODE http: answers what it reads with an HTTP/0.9-style HTML page
+# (as Python's http.server answers a request it cannot parse); mute: accepts and closes.
+fake_server() {
+    command -v python3 >/dev/null 2>&1 || skip "python3 is not installed (the fake servers need it)"
+    start_cmd "fake-$1" python3 -c '
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(4)
+print("listening on 127.0.0.1:%d" % s.getsockname()[1], flush=True)
+s.settimeout(30)
+c, _ = s.accept()
+if sys.argv[1] == "http":
+    c.settimeout(5)
+    c.recv(256)
+    c.sendall(b"<!DOCTYPE HTML>\n<html lang=\"en\">\n<head>\n<title>Error response</title>\n")
+c.close()
+' "$1"
+    port_of "fake-$1" || fail "the fake $1 server exited before listening"
+}
+
+# not_gpuverbs MODE: the sample's client against a fake server of MODE.
+not_gpuverbs() {
+    fake_server "$1"
+    start "client-$1" --client 127.0.0.1 --port "$port" --gpu -1 --timeout-ms 5000
+    wait_exit "client-$1" 20
+    [ "$status" = 1 ] || fail "the client exited with status $status against the $1 server (expected 1)"
+    grep -q "error: the peer at 127.0.0.1:$port does not speak the gpuverbs exchange protocol" \
+        "$tmp/client-$1.out" || fail "the client did not say that the $1 server does not speak the protocol"
+    grep -q "frame of" "$tmp/client-$1.out" && fail "the client misread the $1 server's bytes as a frame"
+    return 0
+}
+
 mps_running() {
     command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
     local out
@@ -279,6 +370,17 @@ case "$case_name" in
         [ "$rc" = 1 ] || fail "client exited with status $rc (expected 1)"
         grep -q "error: .*127.0.0.1:1" "$tmp/client.out" || fail "the error does not name 127.0.0.1:1"
         [ "$took" -lt 10000 ] || fail "the client took $took ms (--timeout-ms 1000)"
+        count client "waiting for a server at 127.0.0.1:1 (up to 1 s)"
+        [ "$n" = 1 ] || fail "the client said $n times (not once) that it waits for a server"
+        show
+        ;;
+    bad-clients)
+        bad_clients
+        show
+        ;;
+    not-gpuverbs)
+        not_gpuverbs http
+        not_gpuverbs mute
         show
         ;;
     port-in-use)

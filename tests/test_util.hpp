@@ -134,4 +134,52 @@ inline std::vector<gv::Completion> poll_some(const gv::dev::QpHandle& qp, const 
     return out;
 }
 
+/// From host code, every posting, commit, poll and wait call on h is refused without touching
+/// its queues: InvalidArgument (poll_cq: 0 completions, get_position: nothing free, cq_overrun:
+/// false). For a handle whose queues a CPU thread must not touch (GPU memory).
+inline void expect_host_calls_refused(const gv::dev::QpHandle& h) {
+    using gv::Status;
+    namespace dev = gv::dev;
+    uint8_t buf[64] = {};
+    uint64_t old = 0;
+    const gv::Sge sg{reinterpret_cast<uint64_t>(buf), sizeof buf, 1};
+    const uint64_t ra = 0x10000, ms = 1'000'000;  // a remote address, a 1 ms timeout
+#define GVTEST_REFUSED(call) EXPECT_EQ((call), Status::InvalidArgument) << #call
+    GVTEST_REFUSED(dev::write(h, buf, 64, 1, ra, 1));
+    GVTEST_REFUSED(dev::write_imm(h, buf, 64, 1, ra, 1, 7));
+    GVTEST_REFUSED(dev::read(h, buf, 64, 1, ra, 1));
+    GVTEST_REFUSED(dev::send(h, buf, 64, 1));
+    GVTEST_REFUSED(dev::send_imm(h, buf, 64, 1, 7));
+    GVTEST_REFUSED(dev::write_inline(h, buf, 8, ra, 1));
+    GVTEST_REFUSED(dev::send_inline(h, buf, 8));
+    GVTEST_REFUSED(dev::fetch_add(h, &old, 1, ra, 1, 1));
+    GVTEST_REFUSED(dev::compare_swap(h, &old, 1, ra, 1, 0, 1));
+    GVTEST_REFUSED(dev::put_signal(h, buf, 64, 1, ra, 1, &old, 1, ra + 64, 1, 1));
+    GVTEST_REFUSED(dev::nop(h));
+    GVTEST_REFUSED(dev::post_sge(h, MLX5_OPCODE_RDMA_WRITE, &sg, 1, ra, 1, 0, gv::kSignaled));
+    GVTEST_REFUSED(dev::post_inline(h, MLX5_OPCODE_SEND, buf, 8, 0, 0, 0, gv::kSignaled));
+    GVTEST_REFUSED(dev::post_atomic(h, MLX5_OPCODE_ATOMIC_FA, &old, 1, ra, 1, 1, 0));
+    GVTEST_REFUSED(dev::write(h, buf, 64, 1, ra, 1, gv::kSignaled, ms));  // bounded form too
+    GVTEST_REFUSED(dev::recv(h, buf, 64, 1));
+    GVTEST_REFUSED(dev::recv(h, nullptr, 0, 0, ms));
+    GVTEST_REFUSED(dev::post_recv(h, &sg, 1));
+    GVTEST_REFUSED(dev::commit(h));
+    GVTEST_REFUSED(dev::commit_weak(h, 1));
+    GVTEST_REFUSED(dev::commit_weak(h, 0));
+    EXPECT_EQ(dev::get_position(h).free, 0u);
+    GVTEST_REFUSED(dev::write_weak(h, 0, buf, 64, 1, ra, 1));
+    GVTEST_REFUSED(dev::read_weak(h, 0, buf, 64, 1, ra, 1));
+    GVTEST_REFUSED(dev::send_weak(h, 0, buf, 64, 1));
+    GVTEST_REFUSED(dev::write_inline_weak(h, 0, buf, 8, ra, 1));
+    GVTEST_REFUSED(dev::fetch_add_weak(h, 0, &old, 1, ra, 1, 1));
+    gv::Completion c[4];
+    GVTEST_REFUSED(dev::wait_send(h, 1, c, ms));
+    GVTEST_REFUSED(dev::wait_recv(h, 1, c, ms));
+    GVTEST_REFUSED(dev::wait_cq(h, h.scq, 1, nullptr, ms));
+#undef GVTEST_REFUSED
+    EXPECT_EQ(dev::poll_cq(h.scq, c, 4), 0u);
+    EXPECT_EQ(dev::poll_cq(h.rcq, c, 4), 0u);
+    EXPECT_FALSE(dev::cq_overrun(h.scq));
+}
+
 }  // namespace gvtest

@@ -1,6 +1,6 @@
 // Helpers shared by the benchmark tools (gv_bench.cu, gv_post_rate.cu, gv_compute_send.cu and
-// the gv_probe_* tools): checked CUDA calls, owners of CUDA resources, strict option parsing,
-// and the record in which a kernel (or a CPU initiator thread) keeps its first failure, so
+// the gv_probe_* tools): checked CUDA calls, the GPU check, owners of CUDA resources, and the
+// record in which a kernel (or a CPU initiator thread) keeps its first failure, so
 // that a tool exits non-zero saying what failed instead of printing numbers of failed work.
 // CUDA code only (the tools are .cu files).
 #pragma once
@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "cli.hpp"
 #include "gpuverbs/context.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/errors.hpp"
@@ -29,21 +30,15 @@
 namespace gvbench {
 
 // ---- the process around a tool --------------------------------------------------------------
+// The command line and the exit statuses follow tools/cli.hpp (gvcli::run).
 
-/// Runs a tool's body: an exception becomes one line "PROG: what" on stderr and exit status 1.
-template <class F>
-int guarded_main(const char* prog, F&& body) {
-    try {
-        return body();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: %s\n", prog, e.what());
-        return 1;
-    }
-}
-
-/// Throws gv::NotSupported unless a CUDA GPU is visible.
+/// Throws gv::NotSupported, saying why, unless a CUDA GPU is visible: first without a CUDA
+/// call (gvcli::no_gpu_reason), then counting the GPUs.
 inline void require_gpu() {
-    if (gv::Context::gpu_count() == 0) throw gv::NotSupported("no CUDA GPU visible: the benchmarks need one");
+    const std::string why = gvcli::no_gpu_reason();
+    if (!why.empty()) throw gv::NotSupported(why + ": this tool needs a CUDA GPU");
+    if (gv::Context::gpu_count() == 0)
+        throw gv::NotSupported("no CUDA GPU visible (is CUDA_VISIBLE_DEVICES empty?): this tool needs one");
 }
 
 /// The name of CUDA device `device`.
@@ -51,17 +46,6 @@ inline std::string gpu_name(int device = 0) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     return prop.name;
-}
-
-/// The integer value of option `opt`: all of `text` must be a decimal number in [lo, hi],
-/// else gv::InvalidUsage.
-inline uint64_t parse_uint(const std::string& opt, const std::string& text, uint64_t lo, uint64_t hi) {
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || text[0] == '-' || *end || x < lo || x > hi)
-        throw gv::InvalidUsage(opt + " " + text + ": expected an integer in " + std::to_string(lo) + " .. " +
-                               std::to_string(hi));
-    return x;
 }
 
 // ---- owners of CUDA resources -----------------------------------------------------------------

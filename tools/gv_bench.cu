@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -58,9 +59,8 @@ namespace {
 int run_loopback(Opts& o) {
     gvbench::require_gpu();
     const int op = op_index(o.op);
-    if (!o.gpu_init && (op == 2 || o.lat))
-        throw NotSupported("--initiator cpu supports write_bw and read_bw");
-    Context ctx(ContextOptions{Backend::Soft, 0});
+    Context ctx(context_for(o));
+    if (ctx.backend() != Backend::Soft) std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
     const uint32_t nq = o.lat ? 1 : o.qps;
     MemoryKind qmem = o.gpu_init ? MemoryKind::Device : MemoryKind::Host;
@@ -160,89 +160,95 @@ int run_loopback(Opts& o) {
 
 #include "gv_bench_two_process.cuh"
 
-int main(int argc, char** argv) {
+namespace {
+
+// Two-process mode: what it needs is checked before listening or connecting, so a machine
+// that cannot run it says so at once instead of after a client or a server came.
+void check_two_process(const std::string& prog) {
+    const std::string no_gpu = gvcli::no_gpu_reason();
+    if (!no_gpu.empty()) throw NotSupported(no_gpu + ": the benchmarks need a CUDA GPU");
+    // Two processes whose kernels wait for each other on one GPU need MPS (without it the GPU
+    // time-slices between them); this must come before the process's first CUDA call.
+    const std::string why = mps::ensure(true);
+    if (!why.empty()) std::fprintf(stderr, "%s: warning: %s\n", prog.c_str(), why.c_str());
+    gvbench::require_gpu();
+    if (gvbench::boot_id().empty())
+        throw SystemError("cannot read /proc/sys/kernel/random/boot_id, which tells two processes of one host "
+                          "apart from two hosts",
+                          errno ? errno : ENOENT);
+}
+
+int bench_main(gvcli::Args& args, const std::string& prog) {
     Opts o;
-    const std::string prog = argv[0];
-    return gvbench::guarded_main(prog.c_str(), [&] {
-        for (int i = 1; i < argc; ++i) {
-            std::string s = argv[i];
-            auto val = [&]() -> std::string {
-                if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
-                return argv[++i];
-            };
-            auto num = [&](uint64_t lo, uint64_t hi) {
-                return uint32_t(gvbench::parse_uint(s, val(), lo, hi));
-            };
-            auto client_of = [&](const std::string& host) {
-                if (o.mode == Mode::Server)
-                    throw InvalidUsage("--server takes no HOST (a HOST makes this the client)");
-                if (o.mode == Mode::Client) throw InvalidUsage("two HOSTs: " + o.host + " and " + host);
-                o.mode = Mode::Client;
-                o.host = host;
-            };
-            if (s == "-s" || s == "--size") {
-                o.sizes = {num(1, 8u << 20)};
-                o.given.insert("size");
-            } else if (s == "-a" || s == "--all") {
-                o.sizes.clear();
-                for (uint32_t z = 2; z <= (8u << 20); z *= 2) o.sizes.push_back(z);
-                o.given.insert("size");
-            } else if (s == "-n" || s == "--iters") {
-                o.iters = num(1, 100000000);
-                o.given.insert("iters");
-            } else if (s == "-q" || s == "--qps") {
-                o.qps = num(1, 4096);
-                o.given.insert("qps");
-            } else if (s == "-t" || s == "--threads" || s == "-l" || s == "--post-list") {
-                o.threads = num(1, 1024);
-                o.given.insert("threads");
-            } else if (s == "--op") {
-                o.op = val();
-                if (o.op != "write" && o.op != "read" && o.op != "send")
-                    throw InvalidUsage("--op " + o.op + ": expected write, read or send");
-            } else if (s == "--initiator") {
-                std::string v = val();
-                if (v != "gpu" && v != "cpu")
-                    throw InvalidUsage("--initiator " + v + ": expected gpu or cpu");
-                o.gpu_init = v == "gpu";
-            } else if (s == "--mem") {
-                std::string v = val();
-                if (v != "device" && v != "host")
-                    throw InvalidUsage("--mem " + v + ": expected device or host");
-                o.host_mem = v == "host";
-            } else if (s == "--reps") {
-                o.reps = num(1, 100);
-                o.given.insert("reps");
-            } else if (s == "-D" || s == "--duration") {
-                std::string v = val();
-                char* end;
-                double d = std::strtod(v.c_str(), &end);
-                if (*end || !(d > 0 && d <= 3600))
-                    throw InvalidUsage(s + " " + v + ": expected seconds in (0, 3600]");
-                o.duration = d;
-                o.given.insert("duration");
-            } else if (s == "--report_gbits") o.gbits = true;
-            else if (s == "--json") o.json = true;
-            else if (s == "--lat") o.lat = true;
-            else if (s == "--server") {
-                if (o.mode == Mode::Client)
-                    throw InvalidUsage("--server takes no HOST (a HOST makes this the client)");
-                o.mode = Mode::Server;
-            } else if (s == "--client") client_of(val());
-            else if (s == "--port") o.port = uint16_t(num(1, 65535));
-            else if (s == "--timeout") o.timeout_ms = int(num(1, 3600)) * 1000;
-            else if (!s.empty() && s[0] != '-') client_of(s);
-            else return usage(argv[0]);
-        }
-        if (o.lat && o.sizes.size() == 1 && o.sizes[0] == 65536) o.sizes = {8};
-        if (o.mode == Mode::Loopback) return run_loopback(o);
-        if (o.host_mem)
-            throw InvalidUsage("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
-        if (!o.gpu_init) throw InvalidUsage("--initiator cpu: two-process mode is GPU-initiated only");
-        // Two processes whose kernels wait for each other on one GPU need MPS (without it the
-        // GPU time-slices between them); this must come before the process's first CUDA call.
-        const std::string why = mps::ensure(true);
-        if (!why.empty()) std::fprintf(stderr, "%s: warning: %s\n", prog.c_str(), why.c_str());
-        return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
-    });
+    while (args.next()) {
+        auto num = [&](uint64_t lo, uint64_t hi) { return uint32_t(args.integer((long long)lo, (long long)hi)); };
+        auto client_of = [&](const std::string& host) {
+            if (o.mode == Mode::Server)
+                throw gvcli::UsageError("--server takes no HOST (a HOST makes this the client): " + host);
+            if (o.mode == Mode::Client) throw gvcli::UsageError("two HOSTs: " + o.host + " and " + host);
+            o.mode = Mode::Client;
+            o.host = host;
+        };
+        if (args.is("-s", "--size")) {
+            o.sizes = {num(1, 8u << 20)};
+            o.given.insert("size");
+        } else if (args.is("-a", "--all")) {
+            o.sizes.clear();
+            for (uint32_t z = 2; z <= (8u << 20); z *= 2) o.sizes.push_back(z);
+            o.given.insert("size");
+        } else if (args.is("-n", "--iters")) {
+            o.iters = num(1, 100000000);
+            o.given.insert("iters");
+        } else if (args.is("-q", "--qps")) {
+            o.qps = num(1, 4096);
+            o.given.insert("qps");
+        } else if (args.is("-t", "--threads") || args.is("-l", "--post-list")) {
+            o.threads = num(1, 1024);
+            o.given.insert("threads");
+        } else if (args.is("--op")) {
+            o.op = args.one_of({"write", "read", "send"});
+        } else if (args.is("--initiator")) {
+            o.gpu_init = args.one_of({"gpu", "cpu"}) == "gpu";
+        } else if (args.is("--mem")) {
+            o.host_mem = args.one_of({"device", "host"}) == "host";
+        } else if (args.is("--reps")) {
+            o.reps = num(1, 100);
+            o.given.insert("reps");
+        } else if (args.is("-D", "--duration")) {
+            o.duration = args.number(0, 3600);
+            o.given.insert("duration");
+        } else if (args.is("--report_gbits")) o.gbits = true;
+        else if (args.is("--json")) o.json = true;
+        else if (args.is("--lat")) o.lat = true;
+        else if (args.is("--server")) {
+            if (o.mode == Mode::Client) throw gvcli::UsageError("--server takes no HOST (a HOST makes this the client)");
+            o.mode = Mode::Server;
+        } else if (args.is("--client")) client_of(args.value());
+        else if (args.is("--port")) o.port = uint16_t(num(0, 65535));
+        else if (args.is("--timeout")) o.timeout_ms = int(num(1, 3600)) * 1000;
+        else if (args.is("--device")) o.device = args.value();
+        else if (!args.is_option()) client_of(args.arg());
+        else args.unknown();
+    }
+    if (o.lat && o.sizes.size() == 1 && o.sizes[0] == 65536) o.sizes = {8};
+    if (o.mode == Mode::Client && o.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
+    if (o.mode == Mode::Loopback) {
+        if (!o.gpu_init && (op_index(o.op) == 2 || o.lat))
+            throw gvcli::UsageError("--initiator cpu: supported by write_bw and read_bw only");
+        return run_loopback(o);
+    }
+    if (!o.device.empty() && o.device != "soft")
+        throw gvcli::UsageError("--device " + o.device + ": two-process runs use the software device "
+                                "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
+    if (o.host_mem) throw gvcli::UsageError("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
+    if (!o.gpu_init) throw gvcli::UsageError("--initiator cpu: two-process mode is GPU-initiated only");
+    check_two_process(prog);
+    return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string prog = gvcli::program_name(argv[0]);
+    return gvcli::run(argc, argv, usage(prog), [&](gvcli::Args& args) { return bench_main(args, prog); });
 }

@@ -24,35 +24,61 @@ struct Opts {
     bool host_mem = false;
     bool json = false;
     bool gbits = false;
+    std::string device;  // --device: "" or "soft" the software device, else a ConnectX (mlx5)
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
 };
 
-int usage(const char* me) {
-    std::fprintf(stderr,
-                 "usage: %s [options]                in-process loopback\n"
-                 "       %s --server [--port N]      two processes: serve one client, then exit\n"
-                 "       %s [options] HOST           two processes: client of the server on HOST\n"
-                 "  -s, --size BYTES      message size (default 65536)\n"
-                 "  -a, --all             all sizes 2 B .. 8 MiB\n"
-                 "  -n, --iters N         WQEs per QP (bandwidth) or round trips (latency)\n"
-                 "  -q, --qps N           QPs, one CUDA block each (default 1)\n"
-                 "  -t, --threads N       threads per block = WQEs per commit (post list), 1..1024\n"
-                 "  -l, --post-list N     same as --threads\n"
-                 "      --op write|read|send\n"
-                 "      --initiator gpu|cpu  who posts (default gpu)\n"
-                 "      --mem device|host    where the buffers live (default device)\n"
-                 "      --reps N          repetitions (peak = best, average = mean)\n"
-                 "  -D, --duration SECS   scale the iterations so each repetition lasts about SECS\n"
-                 "      --report_gbits    report Gb/s instead of GB/s\n"
-                 "      --json            one JSON object per size\n"
-                 "      --server          wait for a client; it sends the options to use\n"
-                 "      --client HOST     run against the server on HOST (same as a bare HOST; the software\n"
-                 "                        device reaches processes of this host only: 127.0.0.1)\n"
-                 "      --port N          TCP port of the exchange (default %u)\n"
-                 "      --timeout SECS    limit of connecting and of each wait for the peer (default 60)\n",
-                 me, me, me, unsigned(oob::kDefaultPort));
-    return 2;
+std::string usage(const std::string& me) {
+    const char* m = me.c_str();
+    return gvcli::format(
+        "usage: %s [options]                in-process loopback\n"
+        "       %s --server [--port N]      two processes: serve one client, then exit\n"
+        "       %s [options] HOST           two processes: client of the server on HOST\n"
+        "perftest's experiment with the work requests posted by CUDA kernels (or CPU threads),\n"
+        "executed by the software RDMA device. Needs a CUDA GPU.\n"
+        "  -s, --size BYTES      message size, 1 .. 8388608 (default 65536; 8 for latency)\n"
+        "  -a, --all             all sizes 2 B .. 8 MiB\n"
+        "  -n, --iters N         WQEs per QP (bandwidth) or round trips (latency), 1 .. 1e8 (default 1000)\n"
+        "  -q, --qps N           QPs, one CUDA block each, 1 .. 4096 (default 1)\n"
+        "  -t, --threads N       threads per block = WQEs per commit (post list), 1 .. 1024 (default 256)\n"
+        "  -l, --post-list N     same as --threads\n"
+        "      --op write|read|send\n"
+        "      --lat             latency (ping-pong) instead of bandwidth\n"
+        "      --initiator gpu|cpu  who posts (default gpu; cpu: write_bw and read_bw in loopback)\n"
+        "      --mem device|host    where the buffers live (default device; host: loopback only)\n"
+        "      --device NAME     soft (the software device, default) or a ConnectX such as mlx5_0\n"
+        "                        (the mlx5 backend: loopback between two QPs of that NIC)\n"
+        "      --reps N          repetitions, 1 .. 100 (peak = best, average = mean; default 3)\n"
+        "  -D, --duration SECS   scale the iterations so each repetition lasts about SECS\n"
+        "      --report_gbits    report Gb/s instead of GB/s\n"
+        "      --json            one JSON object per size\n"
+        "      --server          wait for a client; it sends the options to use. Serves one client,\n"
+        "                        then exits; listens on 127.0.0.1 only (the software device reaches\n"
+        "                        processes of this host only); rejects, with the reason, clients that\n"
+        "                        close, stay silent for 10 s, send garbage or ask for what it cannot run\n"
+        "      --client HOST     run against the server on HOST (same as a bare HOST: 127.0.0.1)\n"
+        "      --port N          TCP port of the exchange (default %u; --server --port 0: a free one)\n"
+        "      --timeout SECS    limit of connecting, of the server's whole wait for a client, and of\n"
+        "                        each wait for the peer, 1 .. 3600 (default 60)\n"
+        "      --help            this text\n"
+        "Exit status: 0 measured, 1 failed (the reason on stderr: no GPU, no server, a failed work\n"
+        "request, ...), 2 bad usage.\n",
+        m, m, m, unsigned(oob::kDefaultPort));
+}
+
+/// The context --device names: the software device on GPU 0, or the mlx5 backend on that
+/// ConnectX (GPU 0 drives its queues).
+inline ContextOptions context_for(const Opts& o) {
+    ContextOptions c;
+    c.gpu = 0;
+    if (o.device.empty() || o.device == "soft") {
+        c.backend = Backend::Soft;
+    } else {
+        c.backend = Backend::Mlx5;
+        c.device = o.device;
+    }
+    return c;
 }
 
 struct Job {

@@ -304,7 +304,11 @@ void client_lat(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& targe
 int run_client(Opts& o) {
     const uint32_t nq = o.lat ? 1 : o.qps;
     const uint64_t slice = slice_bytes(o);
-    oob::Channel ch = oob::Channel::connect(o.host, o.port, o.timeout_ms);
+    oob::Channel ch = oob::Channel::connect(o.host, o.port, o.timeout_ms, [&] {
+        std::fprintf(stderr, "# waiting for a server at %s:%u (up to %d s)...\n", o.host.c_str(), unsigned(o.port),
+                     o.timeout_ms / 1000);
+        std::fflush(stderr);
+    });
     gvbench::Peer peer{ch, "server", o.timeout_ms};
     Side s;
     try {
@@ -331,19 +335,35 @@ int run_client(Opts& o) {
     }
 }
 
+// Longest a new client may take to send its parameters (it sends them right after connecting).
+constexpr int kHandshakeMs = 10000;
+
 int run_server(Opts& o, const std::string& prog) {
     oob::Listener lis = oob::Channel::listen(o.port);
-    std::printf("# %s: waiting up to %d s for a client on %s:%u\n", prog.c_str(), o.timeout_ms / 1000,
-                lis.address().c_str(), unsigned(lis.port()));
+    std::printf("# %s: serving one client, then exiting; waiting up to %d s for a client on %s:%u\n", prog.c_str(),
+                o.timeout_ms / 1000, lis.address().c_str(), unsigned(lis.port()));
     std::fflush(stdout);
-    oob::Channel ch = lis.accept(o.timeout_ms);
+    // Until a client's parameters are taken, a bad client (one that closes, stays silent, sends
+    // garbage, or asks for what this server cannot run) is told why, rejected, and the wait goes
+    // on, up to --timeout in all.
+    gvbench::Params c;
+    auto handshake = [&](oob::Channel& ch, int budget_ms) {
+        c = gvbench::Params::parse(ch.recv_message(budget_ms));
+        const std::string why = refusal(o, c);
+        if (why.empty()) return;
+        gvbench::Peer{ch, "client", budget_ms}.fail("refused: " + why);
+        throw RemoteError("refused: " + why);
+    };
+    auto rejected = [&](const std::string& peer, const std::string& why) {
+        std::fprintf(stderr, "%s: rejected the client at %s: %s; still listening\n", prog.c_str(), peer.c_str(),
+                     why.c_str());
+        std::fflush(stderr);
+    };
+    oob::Channel ch = lis.accept_client(o.timeout_ms, std::min(o.timeout_ms, kHandshakeMs), handshake, rejected);
     lis.close();
     gvbench::Peer peer{ch, "client", o.timeout_ms};
     Side s;
     try {
-        const gvbench::Params c = gvbench::Params::parse(ch.recv_message(o.timeout_ms));
-        const std::string why = refusal(o, c);
-        if (!why.empty()) throw InvalidUsage("refused: " + why);
         adopt(o, c);
         const int op = op_index(o.op);
         const uint32_t nq = o.lat ? 1 : o.qps;

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
@@ -82,49 +84,68 @@ void cpu_job(const Job& j, int phase, int* errors) {
     }
 }
 
-int usage(const char* me) {
-    std::fprintf(stderr,
-                 "usage: %s [--qps N] [--iters N] [--gpu G | --cpu]\n"
-                 "  --qps N    connected QP pairs, one CUDA block (or CPU thread) each (default 8)\n"
-                 "  --iters N  WRITEs and READs per QP and message size (default 256)\n"
-                 "  --gpu G    execute on GPU G (default: GPU 0 when present)\n"
-                 "  --cpu      CPU threads only\n",
-                 me);
-    return 2;
+std::string usage() {
+    return "usage: gv_demo [--qps N] [--iters N] [--gpu G | --cpu]\n"
+           "Connected QP pairs on the software RDMA device: one CUDA block (or CPU thread) per QP\n"
+           "posts RDMA WRITEs to its peer's buffer and READs back; every byte is verified.\n"
+           "  --qps N    connected QP pairs, one CUDA block (or CPU thread) each, 1 .. 1024 (default 8)\n"
+           "  --iters N  WRITEs and READs per QP and message size, 1 .. 1048576 (default 256)\n"
+           "  --gpu G    execute on GPU G; -1: CPU threads (default: GPU 0 when there is one)\n"
+           "  --cpu      CPU threads only (same as --gpu -1)\n"
+           "  --help     this text\n"
+           "Memory: 3 buffers of --qps x 64 MiB on a GPU (8 MiB on CPU threads), plus two host\n"
+           "copies for the check. Exit status: 0 verified, 1 failed (the reason on stderr), 2 bad usage.\n";
+}
+
+/// malloc that throws std::bad_alloc (the convention turns it into a clear error).
+uint8_t* host_alloc(size_t n) {
+    void* p = std::malloc(n);
+    if (!p) throw std::bad_alloc();
+    return static_cast<uint8_t*>(p);
+}
+
+/// Host buffers freed when the run ends, however it ends.
+struct HostBuffers {
+    uint8_t* p[3] = {nullptr, nullptr, nullptr};
+    uint8_t*& operator[](int i) { return p[i]; }
+    ~HostBuffers() {
+        for (uint8_t* b : p) std::free(b);
+    }
+};
+
+/// Runs f(job) on one CPU thread per job. A thread that cannot be started ends the run
+/// cleanly: the ones already running are joined first, then the error says which.
+template <class F>
+void on_threads(const std::vector<Job>& jobs, F f) {
+    std::vector<std::thread> th;
+    th.reserve(jobs.size());
+    try {
+        for (const Job& j : jobs) th.emplace_back(f, std::cref(j));
+    } catch (const std::system_error& e) {
+        const size_t started = th.size();
+        for (auto& t : th) t.join();
+        throw Error("could not start CPU thread " + std::to_string(started + 1) + " of " +
+                    std::to_string(jobs.size()) + " (" + e.what() + "): use fewer --qps");
+    }
+    for (auto& t : th) t.join();
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    Args a;
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        auto num = [&](int lo, int hi) {
-            if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
-            char* end;
-            long v = std::strtol(argv[++i], &end, 10);
-            if (*end || v < lo || v > hi)
-                throw InvalidUsage(s + " " + argv[i] + ": expected an integer in " + std::to_string(lo) + " .. " +
-                                   std::to_string(hi));
-            return int(v);
-        };
-        try {
-            if (s == "--qps") a.qps = num(1, 1024);
-            else if (s == "--iters") a.iters = num(1, 1 << 20);
-            else if (s == "--gpu") a.gpu = num(0, 63);
-            else if (s == "--cpu") a.gpu = -1;
-            else return usage(argv[0]);
-        } catch (const Error& e) {
-            std::fprintf(stderr, "gv_demo: %s\n", e.what());
-            return 2;
-        }
-    }
-    try {
+int run(Args a) {
+    {
 #if !defined(__CUDACC__)
-        if (a.gpu >= 0) throw NotSupported("gv_demo was built without CUDA: use --cpu");
+        if (a.gpu >= 0) throw NotSupported("--gpu " + std::to_string(a.gpu) + ": gv_demo was built without CUDA: use --gpu -1 (CPU threads)");
         a.gpu = -1;
 #endif
-        Context ctx(ContextOptions{Backend::Soft, a.gpu});
+        Context ctx = [&] {
+            try {
+                return Context(ContextOptions{Backend::Soft, a.gpu});
+            } catch (const Error& e) {
+                if (a.gpu < 0) throw;
+                throw Error("--gpu " + std::to_string(a.gpu) + ": " + e.what());
+            }
+        }();
         const bool gpu = ctx.gpu() >= 0;
         std::printf("gpuverbs demo: %d QP pairs on %s, executed by %s\n", a.qps, ctx.name().c_str(),
                     gpu ? "CUDA kernels (one block per QP, 256 threads)" : "CPU threads (one per QP)");
@@ -145,13 +166,28 @@ int main(int argc, char** argv) {
         const uint32_t sizes[] = {8, 256, 4096, 65536, 1u << 20};
         const uint64_t region = gpu ? (64ull << 20) : (8ull << 20);
         const uint64_t total = region * a.qps;
-        std::vector<uint8_t> h_src(total), h_out(total);
+        // A --qps the memory cannot hold is a clear error, not an uncaught std::bad_alloc.
+        const int nbuf = gpu ? 2 : 5;  // host copies of the source and of what came back (+ 3 buffers)
+        auto no_memory = [&] {
+            return Error(gvcli::format("out of memory: --qps %d needs %d host buffers of %.2f GiB (%llu MiB per QP); "
+                                       "use fewer --qps",
+                                       a.qps, nbuf, total / double(1ull << 30),
+                                       (unsigned long long)(region >> 20)));
+        };
+        std::vector<uint8_t> h_src, h_out;
+        try {
+            h_src.resize(total);
+            h_out.resize(total);
+        } catch (const std::bad_alloc&) {
+            throw no_memory();
+        }
         std::mt19937_64 rng(42);
         for (size_t i = 0; i + 8 <= total; i += 8) {
             uint64_t v = rng();
             std::memcpy(&h_src[i], &v, 8);
         }
         uint8_t *src, *dst, *back;
+        HostBuffers host_buf;  // CPU threads: the three buffers (freed on every way out)
 #if defined(__CUDACC__)
         if (gpu) {
             if (cudaMalloc(&src, total) || cudaMalloc(&dst, total) || cudaMalloc(&back, total))
@@ -160,9 +196,13 @@ int main(int argc, char** argv) {
         } else
 #endif
         {
-            src = static_cast<uint8_t*>(std::malloc(total));
-            dst = static_cast<uint8_t*>(std::malloc(total));
-            back = static_cast<uint8_t*>(std::malloc(total));
+            try {
+                src = host_buf[0] = host_alloc(total);
+                dst = host_buf[1] = host_alloc(total);
+                back = host_buf[2] = host_alloc(total);
+            } catch (const std::bad_alloc&) {
+                throw no_memory();
+            }
             std::memcpy(src, h_src.data(), total);
         }
         MemoryRegion ms(pd, src, total, kLocalWrite), md(pd, dst, total, kAllAccess), mb(pd, back, total, kLocalWrite);
@@ -211,9 +251,7 @@ int main(int argc, char** argv) {
                 std::memset(back, 0, total);
                 for (int phase = 0; phase < 2; ++phase) {
                     auto t0 = std::chrono::steady_clock::now();
-                    std::vector<std::thread> th;
-                    for (auto& j : jobs) th.emplace_back(cpu_job, std::cref(j), phase, &errors);
-                    for (auto& t : th) t.join();
+                    on_threads(jobs, [&](const Job& j) { cpu_job(j, phase, &errors); });
                     secs[phase] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 }
             }
@@ -255,18 +293,25 @@ int main(int argc, char** argv) {
             cudaFree(src);
             cudaFree(dst);
             cudaFree(back);
-        } else
-#endif
-        {
-            std::free(src);
-            std::free(dst);
-            std::free(back);
         }
+#endif
         std::printf(all_ok ? "Validation successful: every byte written and read back matches\n"
                            : "Validation FAILED\n");
+        if (!all_ok) std::fprintf(stderr, "gv_demo: validation failed (the first mismatch is printed above)\n");
         return all_ok ? 0 : 1;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "gv_demo: %s\n", e.what());
-        return 1;
     }
+}
+
+int main(int argc, char** argv) {
+    return gvcli::run(argc, argv, usage(), [](gvcli::Args& args) {
+        Args a;
+        while (args.next()) {
+            if (args.is("--qps")) a.qps = int(args.integer(1, 1024));
+            else if (args.is("--iters")) a.iters = int(args.integer(1, 1 << 20));
+            else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 63));
+            else if (args.is("--cpu")) a.gpu = -1;
+            else args.unknown();
+        }
+        return run(a);
+    });
 }

@@ -42,34 +42,31 @@ __global__ void post_kernel(const dev::QpHandle* qps, uint32_t rounds, uint64_t 
     }
 }
 
-int usage(const char* me) {
-    std::fprintf(stderr, "usage: %s [--mem device|host] [-n rounds] [-t threads] [-q qps] [--json]\n", me);
-    return 2;
-}
+const char* const kUsage =
+    "usage: gv_post_rate [--mem device|host] [-n rounds] [-t threads] [-q qps] [--json]\n"
+    "How many WQEs per second kernels build, publish and ring (nothing executes them). Needs a\n"
+    "CUDA GPU.\n"
+    "      --mem device|host  where the queues live (default device)\n"
+    "  -n, --rounds N         WQEs each thread posts, 1 .. 1000000 (default 2000)\n"
+    "  -t, --threads N        threads per QP (block), 1 .. 1024 (default 256)\n"
+    "  -q, --qps N            one QP count, 1 .. 4096 (default: 1, 8, 66, 132, 264, 528)\n"
+    "      --json             one JSON object per row\n"
+    "      --help             this text\n"
+    "Exit status: 0 measured, 1 failed (the reason on stderr), 2 bad usage.\n";
 
 int main(int argc, char** argv) {
-    return gvbench::guarded_main("gv_post_rate", [&] {
+    return gvcli::run(argc, argv, kUsage, [&](gvcli::Args& args) {
         uint32_t rounds = 2000, threads = 256;
         std::vector<uint32_t> qcounts{1, 8, 66, 132, 264, 528};
         std::string mem = "device";
         bool json = false;
-        for (int i = 1; i < argc; ++i) {
-            const std::string s = argv[i];
-            auto val = [&]() -> std::string {
-                if (i + 1 >= argc) throw InvalidUsage(s + " needs a value");
-                return argv[++i];
-            };
-            if (s == "--mem") {
-                mem = val();
-                if (mem != "device" && mem != "host")
-                    throw InvalidUsage("--mem " + mem + ": expected device or host");
-            } else if (s == "-n" || s == "--rounds")
-                rounds = uint32_t(gvbench::parse_uint(s, val(), 1, 1000000));
-            else if (s == "-t" || s == "--threads")
-                threads = uint32_t(gvbench::parse_uint(s, val(), 1, 1024));
-            else if (s == "-q" || s == "--qps") qcounts = {uint32_t(gvbench::parse_uint(s, val(), 1, 4096))};
-            else if (s == "--json") json = true;
-            else return usage(argv[0]);
+        while (args.next()) {
+            if (args.is("--mem")) mem = args.one_of({"device", "host"});
+            else if (args.is("-n", "--rounds")) rounds = uint32_t(args.integer(1, 1000000));
+            else if (args.is("-t", "--threads")) threads = uint32_t(args.integer(1, 1024));
+            else if (args.is("-q", "--qps")) qcounts = {uint32_t(args.integer(1, 4096))};
+            else if (args.is("--json")) json = true;
+            else args.unknown();
         }
         gvbench::require_gpu();
         Context ctx(ContextOptions{Backend::Soft, 0});

@@ -35,6 +35,43 @@ struct VerbsOptions {
     int gid_index = -1;
 };
 
+/// Who rings a ConnectX's doorbell (Backend::Mlx5), as DOCA GPUNetIO and NVSHMEM's IBGDA
+/// let you choose (docs/mlx5.md):
+enum class DoorbellHandler {
+    /// Gpu when the doorbell register (UAR) can be mapped into the GPU, else CpuProxy, said
+    /// once on stderr with the failed call and the driver setting that enables Gpu.
+    Auto,
+    /// The threads that post ring it themselves: kernels through the UAR mapped into the
+    /// GPU (needs the NVIDIA driver's PeerMappingOverride=1), CPU threads through its CPU
+    /// mapping. Opening the context fails, saying why, when kernels cannot map it.
+    Gpu,
+    /// A CPU thread of the context watches the producer indexes kernels publish in pinned
+    /// host memory and writes the NIC's doorbell records and the UAR itself.
+    CpuProxy,
+};
+/// "auto", "gpu", "cpu-proxy".
+const char* doorbell_handler_name(DoorbellHandler h);
+
+/// Whether kernels that consume data a ConnectX wrote into GPU memory (an RDMA READ's
+/// result, a peer's WRITE or SEND) first make it visible with a flush READ
+/// (gv::dev::flush_gpu_writes; docs/mlx5.md, "RDMA READ into GPU memory").
+enum class ReadFlush {
+    Auto,    ///< when the GPU does not order GPUDirect RDMA writes for its own kernels
+             ///< (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING below OWNER)
+    Always,  ///< every flush_gpu_writes posts the flush READ
+    Never,   ///< flush_gpu_writes returns at once (the caller knows its platform)
+};
+
+/// Backend::Mlx5 (and Auto when it picks mlx5).
+struct Mlx5Options {
+    DoorbellHandler doorbell = DoorbellHandler::Auto;
+    ReadFlush read_flush = ReadFlush::Auto;
+    /// Port of the device, and the source GID index (-1: RoCE v2 with an IPv4 address first,
+    /// docs/verbs.md; on InfiniBand index 0).
+    uint8_t port = 1;
+    int gid_index = -1;
+};
+
 struct ContextOptions {
     Backend backend = Backend::Auto;
     /// GPU the software device executes on: -1 = CPU threads only, -2 = GPU 0 when CUDA
@@ -53,6 +90,9 @@ struct ContextOptions {
     size_t shared_arena_bytes = 0;
     /// Backend::Verbs (and Auto when it picks verbs): the proxy threads and the port.
     VerbsOptions verbs;
+    /// Backend::Mlx5 (and Auto when it picks mlx5): the doorbell handler, the read flush,
+    /// the port and GID.
+    Mlx5Options mlx5;
 };
 
 /// An opened backend. Cheap to copy (shared ownership); objects created from it keep it
@@ -74,6 +114,12 @@ public:
     const std::string& selection() const;
     /// True when the library was built with CUDA support.
     static bool cuda_built();
+    /// True once gpuverbs made a CUDA call in this process: a context on a GPU (also gpu = -2,
+    /// the default, which asks CUDA whether there is one), gpu_count(), memory registration
+    /// in a process where CUDA is in use. A process that opens only CPU contexts (gpu = -1)
+    /// makes none: it never initialises CUDA, so children it forks may use CUDA, and it does
+    /// not become an MPS client.
+    static bool cuda_used();
     /// Number of CUDA GPUs visible (0 without CUDA).
     static int gpu_count();
 

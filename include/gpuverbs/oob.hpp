@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,9 +104,15 @@ struct HelloRecord {
 // ---------------------------------------------------------------------------------------------
 // TCP channel
 //
-// Messages are framed as a u32 little-endian length (1..max_message) followed by that many
-// bytes. Every operation is bounded by a timeout in milliseconds (a negative timeout waits
-// without limit) and fails with a typed exception:
+// Every channel starts, in each direction, with an 8-byte greeting: the bytes "GVCH", u16
+// kChannelVersion, u16 zero. connect() and accept() send ours; the first receive (recv_message,
+// recv_record, exchange) reads the peer's before anything else, so a peer that is not a
+// gpuverbs channel (an HTTP server, a port scanner, a client sending garbage, an older
+// gpuverbs) is told apart at once: RemoteError "the peer at HOST:PORT does not speak the
+// gpuverbs exchange protocol: ...", saying what it sent (or that it closed without a word).
+// After the greeting, messages are framed as a u32 little-endian length (1..max_message)
+// followed by that many bytes. Every operation is bounded by a timeout in milliseconds (a
+// negative timeout waits without limit) and fails with a typed exception:
 //   gv::TimeoutError  the time ran out (connect, accept, send, receive, exchange);
 //   gv::RemoteError   the peer closed or reset the connection ("after N of M bytes"), sent an
 //                     empty or oversized frame, a malformed record or a mismatched hello;
@@ -118,6 +125,12 @@ struct HelloRecord {
 // a valid record throws RemoteError and leaves the channel usable.
 // Writes use MSG_NOSIGNAL: a peer that went away never raises SIGPIPE.
 // ---------------------------------------------------------------------------------------------
+
+/// Version of the channel protocol (the greeting and the framing) this build speaks.
+/// Version 1: the greeting; builds before it sent none (their first bytes are a frame).
+constexpr uint16_t kChannelVersion = 1;
+constexpr uint32_t kGreetingMagic = 0x48435647;  ///< bytes "GVCH"
+constexpr size_t kGreetingBytes = 8;
 
 constexpr uint16_t kDefaultPort = 18515;
 constexpr int kDefaultTimeoutMs = 10000;
@@ -143,8 +156,11 @@ public:
 
     /// Connects to host:port (a name or a numeric IPv4/IPv6 address). A refused or unreachable
     /// server is retried (the server may start later) until timeout_ms has passed, then
-    /// TimeoutError names host:port and the last error.
-    static Channel connect(const std::string& host, uint16_t port, int timeout_ms = kDefaultTimeoutMs);
+    /// TimeoutError names host:port and the last error. on_retry, when given, is called once,
+    /// when the first attempt failed and the retries begin (a tool says there what it waits
+    /// for). Sends our greeting; the server's is checked by the first receive.
+    static Channel connect(const std::string& host, uint16_t port, int timeout_ms = kDefaultTimeoutMs,
+                           const std::function<void()>& on_retry = {});
 
     Channel();  ///< not connected
     ~Channel();
@@ -224,8 +240,27 @@ public:
     int fd() const;
     void close();
 
-    /// Waits up to timeout_ms for a client; TimeoutError when none came.
+    /// Waits up to timeout_ms for a client; TimeoutError when none came. Sends our greeting;
+    /// the client's is checked by the first receive.
     Channel accept(int timeout_ms = kDefaultTimeoutMs);
+
+    /// A server's first exchange with a new client: runs within budget_ms (the smaller of
+    /// accept_client's handshake_ms and the time left), and throws RemoteError or
+    /// TimeoutError to reject the client.
+    using Handshake = std::function<void(Channel& ch, int budget_ms)>;
+    /// Told about each rejected client: its address and why.
+    using OnReject = std::function<void(const std::string& peer, const std::string& why)>;
+
+    /// Waits for one good client while surviving bad ones: accepts connections until
+    /// `handshake` returns normally for one (that channel is returned), or timeout_ms has
+    /// passed in all (a negative timeout: no limit). A client the handshake rejects
+    /// (RemoteError: it closed, sent garbage, does not speak the protocol, asked for what
+    /// the server cannot do; TimeoutError: it stayed silent past handshake_ms) is passed to
+    /// on_reject, its connection closed, and the wait goes on. Any other exception ends the
+    /// wait (a local failure is not the client's fault). TimeoutError at the end says how
+    /// many clients were rejected and why the last one was.
+    Channel accept_client(int timeout_ms, int handshake_ms, const Handshake& handshake,
+                          const OnReject& on_reject = {});
 
     struct Impl;
 

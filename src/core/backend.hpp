@@ -87,6 +87,9 @@ public:
     virtual void shared_free(void* p, size_t bytes) { (void)p, (void)bytes; }
     virtual std::unique_ptr<QpBackend> qp_create(uint32_t pd, const QpOptions& options,
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
+    /// What the backend chose when it opened and why (queue memory, doorbell handler, ...),
+    /// appended to Context::selection(); empty when there is nothing to say.
+    virtual std::string details() const { return {}; }
 };
 
 // ---- choosing a backend (Backend::Auto) --------------------------------------------------
@@ -134,8 +137,12 @@ class Provider;
 /// The verbs backend over any Provider (src/verbs/port.hpp): the device, or the sink.
 std::unique_ptr<BackendOps> open_verbs_on(std::unique_ptr<verbs::Provider> provider, int gpu,
                                           const VerbsOptions& options);
-/// Opens a ConnectX through mlx5dv; throws NotSupported with the reason when impossible.
-std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu);
+/// Opens a ConnectX through mlx5dv and DevX (src/mlx5/, docs/mlx5.md); throws NotSupported
+/// with the reason when impossible.
+std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu, const Mlx5Options& options = {});
+/// Why kernels cannot drive the queues of ConnectX `device` on this machine ("" when they can):
+/// probes DevX, the GPU's dma-buf support and nvidia-peermem (Backend::Auto's mlx5_gpu_queues).
+std::string mlx5_gpu_queues_why_not(const std::string& device);
 /// The RDMA devices libibverbs lists, and for each whether it is a ConnectX (mlx5).
 void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_mlx5);
 

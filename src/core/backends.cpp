@@ -58,8 +58,18 @@ BackendChoice choose_backend(const BackendFacts& f, const std::string& wanted) {
 BackendFacts probe_backend_facts() {
     BackendFacts f;
     list_rdma_devices(&f.devices, &f.is_mlx5);
+    // The ConnectX choose_backend() would consider without a device named: the first one.
     f.mlx5_gpu_queues = false;
-    f.mlx5_why_not = "GPU-initiated mlx5 queues are not implemented in this version";
+    for (size_t i = 0; i < f.devices.size(); ++i) {
+        if (!f.is_mlx5[i]) continue;
+        try {
+            f.mlx5_why_not = mlx5_gpu_queues_why_not(f.devices[i]);
+        } catch (const Error& e) {
+            f.mlx5_why_not = e.what();
+        }
+        f.mlx5_gpu_queues = f.mlx5_why_not.empty();
+        break;
+    }
     f.verbs_backend = true;
     return f;
 }

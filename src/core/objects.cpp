@@ -37,6 +37,7 @@ const char* qp_state_name(QpState s) {
 }
 
 // ---- Context ----------------------------------------------------------------------------
+
 Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     GV_REQUIRE(o.gpu >= -2, "ContextOptions::gpu " + std::to_string(o.gpu) +
                                 " invalid: expected -2 (auto), -1 (CPU threads) or a GPU index");
@@ -55,9 +56,11 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
     switch (b) {
         case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
-        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu); break;
+        case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu, o.mlx5); break;
         case Backend::Verbs: impl_->ops = detail::open_verbs(device, gpu, o.verbs); break;
     }
+    const std::string details = impl_->ops->details();
+    if (!details.empty()) impl_->selection += "; " + details;
 }
 
 namespace detail {
@@ -74,6 +77,7 @@ int Context::gpu() const { return impl_->ops->gpu(); }
 std::string Context::name() const { return impl_->ops->name(); }
 const std::string& Context::selection() const { return impl_->selection; }
 bool Context::cuda_built() { return detail::cuda::built(); }
+bool Context::cuda_used() { return detail::cuda::used(); }
 int Context::gpu_count() { return detail::cuda::device_count(); }
 
 // ---- ProtectionDomain -------------------------------------------------------------------
@@ -176,14 +180,17 @@ void CqBackend::drive_attached() {
 }  // namespace detail
 
 // ---- CompletionQueue --------------------------------------------------------------------
+// The Impls of CompletionQueue and QueuePair take their context when they are made: a
+// default-constructed Context member would open the default device first (gpu = -2: GPU 0
+// when there is one), a CUDA call in every CPU-only process, and a GPU context besides.
 struct CompletionQueue::Impl {
+    explicit Impl(const Context& c) : ctx(c) {}
     Context ctx;
     std::unique_ptr<detail::CqBackend> be;
 };
 
 CompletionQueue::CompletionQueue(const Context& ctx, const CqOptions& o)
-    : impl_(std::make_unique<Impl>()) {
-    impl_->ctx = ctx;
+    : impl_(std::make_unique<Impl>(ctx)) {
     impl_->be = ctx.impl()->ops->cq_create(o);
 }
 CompletionQueue::~CompletionQueue() = default;
@@ -242,6 +249,7 @@ std::vector<Completion> CompletionQueue::wait(uint32_t n, uint64_t timeout_ms, b
 
 // ---- QueuePair --------------------------------------------------------------------------
 struct QueuePair::Impl {
+    explicit Impl(const Context& c) : ctx(c) {}  // (see CompletionQueue::Impl)
     Context ctx;
     QpOptions opts;
     // The CQs' Impls, not the CompletionQueue objects in opts: those may be moved from
@@ -250,11 +258,10 @@ struct QueuePair::Impl {
     std::unique_ptr<detail::QpBackend> be;
 };
 
-QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std::make_unique<Impl>()) {
+QueuePair::QueuePair(const ProtectionDomain& pd, const QpOptions& o) : impl_(std::make_unique<Impl>(pd.context())) {
     GV_REQUIRE(o.send_cq, "QpOptions::send_cq is required: expected a CompletionQueue of the QP's context");
     GV_REQUIRE(o.recv_cq, "QpOptions::recv_cq is required: expected a CompletionQueue of the QP's context");
     GV_REQUIRE(o.send_cq->impl() && o.recv_cq->impl(), "QpOptions names a moved-from CompletionQueue");
-    impl_->ctx = pd.context();
     impl_->opts = o;
     impl_->cqs[0] = o.send_cq->impl();
     impl_->cqs[1] = o.recv_cq->impl();

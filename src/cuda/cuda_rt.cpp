@@ -1,5 +1,8 @@
 #include "cuda/cuda_rt.hpp"
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -12,6 +15,13 @@
 
 namespace gv::detail::cuda {
 
+namespace {
+std::atomic<bool> g_used{false};
+}  // namespace
+
+bool used() { return g_used.load(std::memory_order_relaxed); }
+void touch() { g_used.store(true, std::memory_order_relaxed); }
+
 #if GV_HAVE_CUDA
 
 #define GV_CUDA(call)                                                         \
@@ -23,6 +33,7 @@ namespace gv::detail::cuda {
 bool built() { return true; }
 
 int device_count() {
+    touch();
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();  // no driver or no GPU: not an error here
@@ -31,9 +42,13 @@ int device_count() {
     return n;
 }
 
-void set_device(int gpu) { GV_CUDA(cudaSetDevice(gpu)); }
+void set_device(int gpu) {
+    touch();
+    GV_CUDA(cudaSetDevice(gpu));
+}
 
 void* dev_alloc(size_t bytes) {
+    touch();
     void* p = nullptr;
     GV_CUDA(cudaMalloc(&p, bytes));
     memset_device(p, 0, bytes);
@@ -43,6 +58,7 @@ void dev_free(void* p) {
     if (p) cudaFree(p);
 }
 void* host_alloc(size_t bytes, void** dev) {
+    touch();
     void* p = nullptr;
     GV_CUDA(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
     GV_CUDA(cudaHostGetDevicePointer(dev, p, 0));
@@ -57,6 +73,7 @@ void* stream() {
     static thread_local int dev = -1;
     static cudaStream_t streams[64] = {};
     static std::mutex mu;
+    touch();
     GV_CUDA(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(mu);
     if (dev < 0 || dev >= 64) throw_invalid("GPU index out of range", __FILE__, __LINE__);
@@ -79,7 +96,21 @@ void memset_device(void* dst, int v, size_t n) {
     GV_CUDA(cudaStreamSynchronize(s));
 }
 
+/// True when the CUDA driver is loaded in this process, i.e. someone (gpuverbs, the
+/// application, a library) initialised CUDA. Never loads it.
+bool driver_loaded() {
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return false;
+    dlclose(h);
+    return true;
+}
+
 PtrKind pointer_kind(const void* p, int* gpu) {
+    // Without the driver loaded nothing in this process is GPU memory, and asking the runtime
+    // would initialise CUDA: a CPU-only process must not (a child it forks could not use
+    // CUDA, and under MPS it would become an MPS client).
+    if (!driver_loaded()) return PtrKind::Host;
+    touch();
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
         cudaGetLastError();
@@ -95,6 +126,7 @@ PtrKind pointer_kind(const void* p, int* gpu) {
 }
 
 bool host_register(void* p, size_t len, void** dev) {
+    touch();
     cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
     bool mine = true;
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
@@ -108,11 +140,15 @@ bool host_register(void* p, size_t len, void** dev) {
 }
 void host_unregister(void* p) { cudaHostUnregister(p); }
 void* host_device_pointer(void* p) {
+    touch();
     void* d = nullptr;
     GV_CUDA(cudaHostGetDevicePointer(&d, p, 0));
     return d;
 }
-void synchronize() { GV_CUDA(cudaDeviceSynchronize()); }
+void synchronize() {
+    touch();
+    GV_CUDA(cudaDeviceSynchronize());
+}
 
 #else  // no CUDA in this build
 

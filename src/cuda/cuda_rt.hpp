@@ -10,6 +10,10 @@
 namespace gv::detail::cuda {
 
 bool built();
+/// True once this process made a CUDA runtime call through these functions (Context::cuda_used).
+bool used();
+/// Records that a CUDA call is about to be made (every function here that makes one calls it).
+void touch();
 int device_count();
 void set_device(int gpu);
 

@@ -49,6 +49,7 @@ struct Driver {
 
 template <class F>
 void lookup(const char* name, F& fn) {
+    touch();
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
     cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);

@@ -1,6 +1,5 @@
-// The ConnectX (mlx5) backend: device discovery. GPU-initiated queues on real ConnectX
-// hardware need DevX objects whose memory the GPU reaches; no machine here has a
-// ConnectX, so opening one reports clearly what was found and what is missing.
+// The ConnectX (mlx5) backend's entry points: device discovery, opening a ConnectX (DevX, the
+// backend over it), and the probe behind Backend::Auto's mlx5_gpu_queues fact.
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
@@ -8,6 +7,10 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "cuda/cuda_rt.hpp"
+#include "mlx5/devx_nic.hpp"
+#include "mlx5/gpu_access.hpp"
+#include "verbs/verbs.hpp"
 
 namespace gv::detail {
 
@@ -30,29 +33,48 @@ void list_rdma_devices(std::vector<std::string>* names, std::vector<bool>* is_ml
     }
 }
 
-std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu) {
-    (void)gpu;
+std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu, const Mlx5Options& options) {
     DeviceList d;
-    std::string seen;
-    bool found = false;
+    std::string seen, pick;
     for (int i = 0; i < d.n; ++i) {
         std::string name = ibv_get_device_name(d.list[i]);
         bool mlx5 = mlx5dv_is_supported(d.list[i]);
         seen += (seen.empty() ? "" : ", ") + name + (mlx5 ? " (mlx5)" : " (not mlx5)");
-        if (mlx5 && (device.empty() || device == name)) found = true;
+        if (mlx5 && pick.empty() && (device.empty() || device == name)) pick = name;
     }
-    if (!found) {
+    if (pick.empty()) {
         throw NotSupported(
             "backend mlx5: no ConnectX (mlx5) RDMA device" +
             (device.empty() ? std::string() : " named '" + device + "'") +
             " found; ibv_get_device_list() lists " +
             (d.n ? std::to_string(d.n) + " device(s): " + seen : std::string("no RDMA device")) +
-            ". Use Backend::Soft (the software RDMA device) on machines without one.");
+            ". Use Backend::Soft (the software RDMA device) on machines without one; gpuverbs_info says what "
+            "this machine has.");
     }
-    throw NotSupported(
-        "backend mlx5: a ConnectX is present, but GPU-initiated mlx5 queues (DevX QPs and CQs "
-        "in GPU-reachable memory, UAR mapped for the GPU) are not implemented in this version; "
-        "use Backend::Soft");
+    if (gpu >= 0) {
+        if (!cuda::built())
+            throw NotSupported("backend mlx5 on GPU " + std::to_string(gpu) +
+                               ": gpuverbs was built without CUDA; use ContextOptions::gpu = -1 (CPU threads post)");
+        int n = cuda::device_count();
+        GV_REQUIRE(gpu < n, "GPU " + std::to_string(gpu) + " asked for, but " + std::to_string(n) + " GPU(s) are visible");
+        cuda::set_device(gpu);
+    }
+    return mlx5be::open_on(std::make_unique<mlx5be::DevxNic>(pick, gpu, options), gpu, options);
+}
+
+std::string mlx5_gpu_queues_why_not(const std::string& device) {
+    mlx5be::Capabilities c;
+    c.cuda_built = cuda::built();
+    c.gpu = c.cuda_built && mlx5be::gpu_count() > 0 ? 0 : -1;
+    try {
+        verbs::Device dev(device, verbs::Device::Open::Mlx5Devx);
+        c.devx = true;
+    } catch (const Error& e) {
+        c.devx_error = e.what();
+    }
+    c.peermem = verbs::peermem_loaded();
+    if (c.gpu >= 0) c.dmabuf = mlx5be::probe_gpu(c.gpu).dmabuf == 1;
+    return mlx5be::gpu_queues_why_not(c);
 }
 
 }  // namespace gv::detail

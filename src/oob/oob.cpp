@@ -101,8 +101,40 @@ struct AddrInfo {
     }
 };
 
+/// Our greeting: "GVCH", the channel protocol version, two zero bytes.
+std::array<uint8_t, kGreetingBytes> greeting() {
+    return {uint8_t(kGreetingMagic), uint8_t(kGreetingMagic >> 8), uint8_t(kGreetingMagic >> 16),
+            uint8_t(kGreetingMagic >> 24), uint8_t(kChannelVersion), uint8_t(kChannelVersion >> 8), 0, 0};
+}
+
+/// Up to `max` bytes as a C-like string literal, for messages about what a peer sent.
+std::string quoted(const uint8_t* p, size_t n, size_t max = 32) {
+    static const char* const hexd = "0123456789abcdef";
+    std::string s = "\"";
+    for (size_t i = 0; i < n && i < max; ++i) {
+        const uint8_t c = p[i];
+        if (c == '\n') s += "\\n";
+        else if (c == '\r') s += "\\r";
+        else if (c == '\t') s += "\\t";
+        else if (c == '"' || c == '\\') s += '\\', s += char(c);
+        else if (c >= 0x20 && c < 0x7f) s += char(c);
+        else s += "\\x", s += hexd[c >> 4], s += hexd[c & 15];
+    }
+    s += '"';
+    if (n > max) s += "...";
+    return s;
+}
+
+std::string no_gpuverbs(const std::string& peer) {
+    return "the peer at " + peer + " does not speak the gpuverbs exchange protocol";
+}
+
 // Receives one length-prefixed frame, possibly over several calls; never reads past it.
+// Before the first frame, the peer's greeting (kept across frames).
 struct FrameReader {
+    uint8_t greet[kGreetingBytes]{};
+    size_t greet_have = 0;
+    bool greeted = false;
     uint8_t hdr[4]{};
     size_t hdr_have = 0;
     bool have_len = false;
@@ -113,17 +145,73 @@ struct FrameReader {
     size_t got() const { return hdr_have + body_have; }
     size_t want() const { return have_len ? 4 + size_t(len) : 4; }
     std::string progress() const {
+        if (!greeted)
+            return std::to_string(greet_have) + " of " + std::to_string(kGreetingBytes) +
+                   " bytes of its gpuverbs greeting";
         return std::to_string(got()) + " of " + std::to_string(want()) + " bytes of a message";
     }
-    void reset() { *this = FrameReader{}; }
+    void reset() {
+        hdr_have = 0;
+        have_len = false;
+        len = 0;
+        body.clear();
+        body_have = 0;
+    }
     std::vector<uint8_t> take() {
         std::vector<uint8_t> b = std::move(body);
         reset();
         return b;
     }
 
+    /// Reads the peer's greeting. True once it is in and right, false when it would block.
+    /// The magic is checked byte by byte as it comes, so a peer that sends something else
+    /// fails at once, with what it sent.
+    bool pump_greeting(int fd, const std::string& peer) {
+        const auto want = greeting();
+        while (greet_have < kGreetingBytes) {
+            ssize_t r = ::recv(fd, greet + greet_have, kGreetingBytes - greet_have, 0);
+            if (r > 0) {
+                greet_have += size_t(r);
+                if (std::memcmp(greet, want.data(), std::min<size_t>(greet_have, 4)) != 0) {
+                    // Show more of what it sent, when it is there.
+                    std::vector<uint8_t> seen(greet, greet + greet_have);
+                    uint8_t more[40];
+                    ssize_t m = ::recv(fd, more, sizeof more, MSG_DONTWAIT);
+                    if (m > 0) seen.insert(seen.end(), more, more + m);
+                    throw RemoteError(no_gpuverbs(peer) + ": it sent " + quoted(seen.data(), seen.size()) +
+                                      " where the gpuverbs greeting (\"GVCH\", channel protocol version " +
+                                      std::to_string(kChannelVersion) + ") belongs");
+                }
+                continue;
+            }
+            if (r == 0 || (r < 0 && errno == ECONNRESET)) {
+                const char* how = r == 0 ? "closed" : "reset";
+                if (greet_have == 0)
+                    throw RemoteError(no_gpuverbs(peer) + ": it " + how +
+                                      " the connection without sending the gpuverbs greeting");
+                throw RemoteError("peer " + peer + " " + how + " the connection after " +
+                                  std::to_string(greet_have) + " of " + std::to_string(kGreetingBytes) +
+                                  " bytes of its greeting");
+            }
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+            throw SystemError("recv from " + peer + " failed", errno);
+        }
+        const uint16_t version = get16(greet + 4);
+        if (version != kChannelVersion)
+            throw RemoteError("the peer at " + peer + " speaks version " + std::to_string(version) +
+                              " of the gpuverbs channel protocol, this build version " +
+                              std::to_string(kChannelVersion) + ": use the same gpuverbs on both sides");
+        if (get16(greet + 6) != 0)
+            throw RemoteError(no_gpuverbs(peer) + ": its greeting has nonzero reserved bytes " +
+                              quoted(greet, kGreetingBytes));
+        greeted = true;
+        return true;
+    }
+
     /// Reads what the socket has. True when the frame is complete, false when it would block.
     bool pump(int fd, const std::string& peer, uint32_t max_message) {
+        if (!greeted && !pump_greeting(fd, peer)) return false;
         for (;;) {
             uint8_t* dst = have_len ? body.data() + body_have : hdr + hdr_have;
             size_t room = have_len ? len - body_have : 4 - hdr_have;
@@ -210,8 +298,31 @@ struct Channel::Impl {
     bool broken = false;
     std::string broken_why;
     FrameReader reader;
+    std::vector<uint8_t> unsent;  // the part of our greeting the socket did not take yet
 
-    ~Impl() { close_fd(fd); }
+    ~Impl() { close(); }
+    /// Sends our greeting on a new connection, as far as the socket takes it now (all of it on
+    /// a fresh socket); what is left goes before our next message. A peer already gone is
+    /// not an error here: the first receive reports it.
+    void greet() {
+        const auto g = greeting();
+        unsent.assign(g.begin(), g.end());
+        size_t sent = 0;
+        try {
+            send_some(fd, unsent.data(), unsent.size(), sent, peer, "the greeting");
+        } catch (const Error&) {
+            sent = unsent.size();
+        }
+        unsent.erase(unsent.begin(), unsent.begin() + long(sent));
+    }
+    /// Closes the socket. Reads the peer's greeting first when nothing did yet (without
+    /// waiting): closing a socket with unread data sends a reset instead of an orderly close,
+    /// and the peer would see "reset" where we simply closed.
+    void close() {
+        if (fd >= 0 && !reader.greeted && reader.greet_have < kGreetingBytes)
+            (void)::recv(fd, reader.greet + reader.greet_have, kGreetingBytes - reader.greet_have, MSG_DONTWAIT);
+        close_fd(fd);
+    }
     void check_usable() const {
         GV_REQUIRE(fd >= 0, "channel is not connected");
         GV_REQUIRE(!broken, "channel to " + peer + " is broken by an earlier error: " + broken_why);
@@ -259,6 +370,7 @@ Channel Listener::accept(int timeout_ms) {
             c->fd = fd;
             c->peer = sockaddr_name(reinterpret_cast<sockaddr*>(&ss), len);
             set_nodelay(fd);
+            c->greet();
             return Channel(std::move(c));
         }
         // A client that gave up between poll and accept is not our failure: wait for another.
@@ -267,6 +379,46 @@ Channel Listener::accept(int timeout_ms) {
         if (!wait_fd(impl_->fd, POLLIN, dl))
             throw TimeoutError("no client connected to " + host_port(impl_->address, impl_->port) +
                                " within " + std::to_string(timeout_ms) + " ms");
+    }
+}
+
+Channel Listener::accept_client(int timeout_ms, int handshake_ms, const Handshake& handshake,
+                                const OnReject& on_reject) {
+    GV_REQUIRE(impl_ && impl_->fd >= 0, "accept_client on a closed listener");
+    GV_REQUIRE(handshake, "accept_client needs a handshake");
+    const std::string where = host_port(impl_->address, impl_->port);
+    Deadline dl(timeout_ms);
+    int rejected = 0;
+    std::string last;
+    auto timed_out = [&] {
+        std::string m = "no client ";
+        m += rejected ? "passed the handshake" : "connected";
+        m += " on " + where + " within " + std::to_string(timeout_ms) + " ms";
+        if (rejected) m += " (" + std::to_string(rejected) + " rejected; the last: " + last + ")";
+        return TimeoutError(m);
+    };
+    for (;;) {
+        if (dl.expired()) throw timed_out();
+        Channel ch;
+        try {
+            ch = accept(dl.remaining_ms());
+        } catch (const TimeoutError&) {
+            throw timed_out();
+        }
+        int left = dl.remaining_ms();
+        int budget = handshake_ms < 0 ? left : left < 0 ? handshake_ms : std::min(handshake_ms, std::max(left, 1));
+        std::string why;
+        try {
+            handshake(ch, budget);
+            return ch;
+        } catch (const RemoteError& e) {
+            why = e.what();
+        } catch (const TimeoutError& e) {
+            why = e.what();
+        }
+        ++rejected;
+        last = why;
+        if (on_reject) on_reject(ch.peer(), why);
     }
 }
 
@@ -298,7 +450,7 @@ bool Channel::peer_closed() const {
     }
 }
 void Channel::close() {
-    if (impl_) close_fd(impl_->fd);
+    if (impl_) impl_->close();
 }
 void Channel::set_max_message(uint32_t bytes) {
     GV_REQUIRE(impl_, "channel is not connected");
@@ -356,13 +508,15 @@ Listener Channel::listen(uint16_t port, const std::string& address) {
     throw InvalidUsage("cannot listen on " + where + ": no usable address");
 }
 
-Channel Channel::connect(const std::string& host, uint16_t port, int timeout_ms) {
+Channel Channel::connect(const std::string& host, uint16_t port, int timeout_ms,
+                         const std::function<void()>& on_retry) {
     const std::string where = host_port(host, port);
     GV_REQUIRE(!host.empty(), "connect needs a host name or address");
     Deadline dl(timeout_ms);
     int last_err = 0;
     int attempts = 0;
     int backoff_ms = 5;
+    bool told = false;  // on_retry was called
     std::string serv = std::to_string(port);
     for (;;) {
         addrinfo hints{};
@@ -407,6 +561,7 @@ Channel Channel::connect(const std::string& host, uint16_t port, int timeout_ms)
                     continue;
                 }
                 set_nodelay(impl->fd);
+                impl->greet();
                 return Channel(std::move(impl));
             }
             last_err = err;
@@ -418,6 +573,10 @@ Channel Channel::connect(const std::string& host, uint16_t port, int timeout_ms)
             throw TimeoutError("could not connect to " + where + " within " + std::to_string(timeout_ms) +
                                " ms (" + std::to_string(attempts) + " attempts, last error: " +
                                (last_err ? std::strerror(last_err) : "none") + ")");
+        if (on_retry && !told) {
+            told = true;
+            on_retry();
+        }
         int nap = left < 0 ? backoff_ms : std::min(backoff_ms, left);
         std::this_thread::sleep_for(std::chrono::milliseconds(nap));
         backoff_ms = std::min(backoff_ms * 2, 100);
@@ -431,8 +590,8 @@ void Channel::send_message(const uint8_t* data, size_t size, int timeout_ms) {
     GV_REQUIRE(size <= impl_->max_message, "message of " + std::to_string(size) +
                                                " bytes exceeds the channel's maximum of " +
                                                std::to_string(impl_->max_message));
-    std::vector<uint8_t> out;
-    out.reserve(size + 4);
+    std::vector<uint8_t> out = impl_->unsent;  // the rest of our greeting, if any
+    out.reserve(out.size() + size + 4);
     append_frame(out, data, size);
     Deadline dl(timeout_ms);
     size_t sent = 0;
@@ -445,10 +604,16 @@ void Channel::send_message(const uint8_t* data, size_t size, int timeout_ms) {
     } catch (const TimeoutError&) {
         if (sent > 0) impl_->mark_broken("a send timed out part-way");
         throw;
+    } catch (const RemoteError&) {
+        impl_->mark_broken("a send failed");
+        // A peer that closed before we heard its greeting: say whether it ever sent one.
+        if (!impl_->reader.greeted) impl_->reader.pump_greeting(impl_->fd, impl_->peer);
+        throw;
     } catch (const Error&) {
         impl_->mark_broken("a send failed");
         throw;
     }
+    impl_->unsent.clear();
 }
 
 std::vector<uint8_t> Channel::recv_message(int timeout_ms) {
@@ -484,7 +649,7 @@ Exchanged Channel::exchange(Backend backend, const std::vector<QpEndpoint>& qps,
                                                   backend_name(qps[i].backend) + ", the exchange of " +
                                                   backend_name(backend));
     const std::string& peer = impl_->peer;
-    std::vector<uint8_t> out;
+    std::vector<uint8_t> out = impl_->unsent;  // the rest of our greeting, if any
     HelloRecord hello{backend, uint32_t(qps.size()), uint32_t(buffers.size())};
     append_frame(out, hello.serialize());
     for (const QpEndpoint& e : qps) append_frame(out, QpRecord(e).serialize());
@@ -570,6 +735,7 @@ Exchanged Channel::exchange(Backend backend, const std::vector<QpEndpoint>& qps,
         impl_->mark_broken("an exchange failed");
         throw;
     }
+    impl_->unsent.clear();
     return res;
 }
 

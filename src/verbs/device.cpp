@@ -1,5 +1,7 @@
 #include "verbs/device.hpp"
 
+#include <infiniband/mlx5dv.h>
+
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -79,12 +81,31 @@ size_t select_device(const std::vector<std::string>& present, const std::string&
     throw InvalidUsage("no RDMA device named '" + requested + "'; devices present: " + join(present));
 }
 
-Device::Device(const std::string& name) {
+Device::Device(const std::string& name) : Device(name, Open::Verbs) {}
+
+Device::Device(const std::string& name, Open how) {
     DeviceList dl;
     size_t i = select_device(dl.names(), name);
     name_ = ibv_get_device_name(dl.list[i]);
     errno = 0;
-    ctx_ = ibv_open_device(dl.list[i]);
+    if (how == Open::Mlx5Devx) {
+        if (!mlx5dv_is_supported(dl.list[i]))
+            throw NotSupported("RDMA device " + name_ + " is not a ConnectX (mlx5): DevX needs an mlx5 device");
+        mlx5dv_context_attr attr{};
+        attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+        ctx_ = mlx5dv_open_device(dl.list[i], &attr);
+        if (!ctx_) {
+            int e = errno ? errno : EOPNOTSUPP;
+            throw VerbsError("mlx5dv_open_device(" + name_ + ", MLX5DV_CONTEXT_FLAGS_DEVX) failed: " +
+                                 errno_text(e) +
+                                 "; DevX needs the mlx5_ib kernel driver with DevX support (Linux >= 5.1; "
+                                 "EOPNOTSUPP: the kernel or firmware does not offer it; EPERM: the user "
+                                 "lacks the right, e.g. inside a restricted container)",
+                             e);
+        }
+    } else {
+        ctx_ = ibv_open_device(dl.list[i]);
+    }
     if (!ctx_) {
         int e = errno ? errno : ENODEV;
         throw VerbsError("ibv_open_device(" + name_ + ") failed: " + errno_text(e) +

@@ -55,6 +55,13 @@ public:
     /// InvalidUsage (listing the devices present) for an unknown name, VerbsError when
     /// ibv_open_device or ibv_query_device fails.
     explicit Device(const std::string& name = "");
+    /// How a device is opened: plain verbs, or an mlx5 device with DevX enabled
+    /// (mlx5dv_open_device with MLX5DV_CONTEXT_FLAGS_DEVX), which the mlx5 backend needs to
+    /// create its queues with PRM commands.
+    enum class Open { Verbs, Mlx5Devx };
+    /// As above; Open::Mlx5Devx throws NotSupported for a device that is not mlx5, and
+    /// VerbsError (the errno and the likely cause) when DevX cannot be enabled.
+    Device(const std::string& name, Open how);
     ~Device();
     Device(Device&&) noexcept;
     Device& operator=(Device&&) noexcept;

@@ -269,4 +269,41 @@ TEST(GpuVerbsQueue, SelectiveSignalingOneIn32) {
     EXPECT_EQ(gvtest::first_diff(hsrc.data(), hd.data(), hd.size()), -1);
 }
 
+// =============================================================================================
+// CPU threads and GPU queues (host_reachable in handles.hpp): from host code, every posting, commit, poll and
+// wait call on a QP whose queues are GPU memory returns InvalidArgument (poll_cq 0) instead of
+// a host load of GPU memory, a segfault; a QP with host-memory queues on the same GPU
+// context is for CPU threads and still works from the host (the GPU executes).
+// =============================================================================================
+
+TEST(GpuHostCalls, QueuesInGpuMemoryAreRefused) {
+    GV_SKIP_WITHOUT_GPU();
+    gvtest::Pair dev_q(gvtest::gpu_ctx(), {}, MemoryKind::Device);
+    EXPECT_EQ(dev_q.h(0).q.host_reachable, 0u);
+    EXPECT_EQ(dev_q.h(0).scq.host_reachable, 0u);
+    EXPECT_EQ(dev_q.scq[0]->device_handle().host_reachable, 0u);
+    gvtest::expect_host_calls_refused(dev_q.h(0));
+    gvtest::Pair default_q(gvtest::gpu_ctx());  // Default on a GPU context: GPU memory too
+    EXPECT_EQ(default_q.h(0).q.host_reachable, 0u);
+    gvtest::expect_host_calls_refused(default_q.h(0));
+
+    gvtest::Pair host_q(gvtest::gpu_ctx(), {}, MemoryKind::Host);
+    const dev::QpHandle h = host_q.h(0);
+    EXPECT_EQ(h.q.host_reachable, 1u);
+    EXPECT_EQ(h.scq.host_reachable, 1u);
+    DevBuf src(4096), dst(4096);
+    std::vector<uint8_t> hsrc(src.n);
+    gvtest::fill_random(hsrc.data(), hsrc.size(), 21);
+    h2d(src.p, hsrc.data(), hsrc.size());
+    CUDA_OK(cudaMemset(dst.p, 0, dst.n));
+    MemoryRegion ms(host_q.pd, src.p, src.n, kLocalWrite), md(host_q.pd, dst.p, dst.n, kAllAccess);
+    ASSERT_EQ(dev::write(h, src.p, 4096, ms.lkey(), addr_of(dst), md.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(h), Status::Ok);
+    Completion c[1];
+    ASSERT_EQ(dev::wait_send(h, 1, c, 10'000'000'000ull), Status::Ok) << gvtest::qp_debug(h);
+    CUDA_OK(cudaDeviceSynchronize());
+    auto hd = d2h<uint8_t>(dst.p, dst.n);
+    EXPECT_EQ(gvtest::first_diff(hsrc.data(), hd.data(), hd.size()), -1);
+}
+
 }  // namespace

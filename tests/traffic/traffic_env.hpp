@@ -147,6 +147,9 @@ struct Instance {
     std::function<std::map<std::string, std::string>()> deviations = [] {
         return std::map<std::string, std::string>();
     };
+    /// Opens the context where ContextOptions cannot say how (a backend over the tests' own
+    /// NIC, the mlx5 backend's stand-in); empty: gv::Context(context).
+    std::function<gv::Context()> open;
 };
 
 inline void PrintTo(const Instance& i, std::ostream* os) { *os << i.name; }
@@ -588,7 +591,8 @@ struct PairConfig {
 class TrafficEnv {
 public:
     TrafficEnv(const Instance& inst, const PairConfig& cfg = {})
-        : inst_(inst), pair_(gv::Context(inst.context), cfg.qp, inst.queues, cfg.cq_depth, false) {
+        : inst_(inst), pair_(inst.open ? inst.open() : gv::Context(inst.context), cfg.qp, inst.queues, cfg.cq_depth,
+                             false) {
         if (cfg.connect) {
             pair_.qp[0]->connect(pair_.qp[1]->endpoint(), {}, {}, cfg.requester_rts);
             pair_.qp[1]->connect(pair_.qp[0]->endpoint(), cfg.responder_init, cfg.responder_rtr);

@@ -462,6 +462,139 @@ TEST(OobChannel, GarbageFromARawSocketIsARemoteError) {
     }
 }
 
+// A client that reaches something that is not a gpuverbs server is told so at its first
+// receive, with what the server sent; whatever follows the greeting is never misread as a
+// frame ("a frame of 1329865020 bytes" was "<!DO").
+TEST(OobChannel, APeerThatIsNotGpuverbsIsToldApart) {
+    {  // an HTTP server (Python's http.server answers a request it cannot parse like this)
+        RawServer http("<!DOCTYPE HTML>\n<html lang=\"en\">\n<head>\n");
+        const std::string at = "the peer at 127.0.0.1:" + std::to_string(http.port());
+        Channel c = Channel::connect("127.0.0.1", http.port(), 5000);
+        std::string m = remote_error([&] { c.send_message(std::vector<uint8_t>{'P'}, 1000), c.recv_message(5000); });
+        EXPECT_MSG(m, at + " does not speak the gpuverbs exchange protocol: it sent \"<!DOCTYPE HTML>\\n<html");
+        EXPECT_EQ(m.find("frame"), std::string::npos) << m;
+    }
+    {  // a server that accepts and closes without a word
+        RawServer mute("");
+        const std::string at = "the peer at 127.0.0.1:" + std::to_string(mute.port());
+        Channel c = Channel::connect("127.0.0.1", mute.port(), 5000);
+        EXPECT_MSG(remote_error([&] { c.recv_message(5000); }),
+                   at + " does not speak the gpuverbs exchange protocol: it closed the connection without "
+                        "sending the gpuverbs greeting");
+    }
+    {  // the same seen by exchange()
+        RawServer http("HTTP/1.0 400 Bad Request\r\n\r\n");
+        Channel c = Channel::connect("127.0.0.1", http.port(), 5000);
+        EXPECT_MSG(remote_error([&] { c.exchange(Backend::Soft, {}, {}, 5000); }),
+                   "does not speak the gpuverbs exchange protocol: it sent \"HTTP/1.0 400 Bad Request\\r\\n");
+    }
+    {  // a client that sends garbage to a gpuverbs server, and one of another channel version
+        Listener l = Channel::listen(0);
+        int fd = raw_connect(l.port());
+        ASSERT_GE(fd, 0);
+        raw_send(fd, std::vector<uint8_t>{'G', 'E', 'T', ' ', '/', '\r', '\n'});
+        Channel s = l.accept(5000);
+        EXPECT_MSG(remote_error([&] { s.recv_message(5000); }),
+                   "does not speak the gpuverbs exchange protocol: it sent \"GET /\\r\\n\"");
+        ::close(fd);
+        fd = raw_connect(l.port());
+        ASSERT_GE(fd, 0);
+        raw_send(fd, std::vector<uint8_t>{'G', 'V', 'C', 'H', 9, 0, 0, 0});
+        Channel t = l.accept(5000);
+        EXPECT_MSG(remote_error([&] { t.recv_message(5000); }),
+                   "speaks version 9 of the gpuverbs channel protocol, this build version 1");
+        ::close(fd);
+    }
+}
+
+// A server waiting for its client survives bad ones: connect-and-close, garbage, a silent
+// client (rejected after handshake_ms), one the handshake refuses; each is reported with its
+// reason, and the next good client is served.
+TEST(OobChannel, AcceptClientSurvivesBadClients) {
+    Listener l = Channel::listen(0);
+    const uint16_t port = l.port();
+    std::vector<std::string> rejected;
+    auto handshake = [](Channel& ch, int budget_ms) {
+        std::vector<uint8_t> m = ch.recv_message(budget_ms);
+        if (m != std::vector<uint8_t>{'o', 'k'}) throw RemoteError("wrong hello");
+        ch.send_message(std::vector<uint8_t>{'y'}, budget_ms);
+    };
+    Background clients([&] {
+        int fd = raw_connect(port);  // connects and closes
+        ::close(fd);
+        fd = raw_connect(port);  // garbage
+        raw_send(fd, std::vector<uint8_t>(100, 0xEE));
+        int idle = raw_connect(port);  // says nothing, stays
+        Channel wrong = Channel::connect("127.0.0.1", port, 5000);
+        wrong.send_message(std::vector<uint8_t>{'n', 'o'}, 1000);
+        Channel good = Channel::connect("127.0.0.1", port, 5000);
+        good.send_message(std::vector<uint8_t>{'o', 'k'}, 1000);
+        if (good.recv_message(10000) != std::vector<uint8_t>{'y'}) throw std::runtime_error("no answer");
+        ::close(fd);
+        ::close(idle);
+    });
+    auto t0 = Clock::now();
+    Channel ch = l.accept_client(20000, 500, handshake,
+                                 [&](const std::string&, const std::string& why) { rejected.push_back(why); });
+    EXPECT_EQ(clients.join(), "");
+    EXPECT_TRUE(ch.is_open());
+    ASSERT_EQ(rejected.size(), 4u);
+    EXPECT_MSG(rejected[0], "the connection without sending the gpuverbs greeting");  // closed or reset
+    EXPECT_MSG(rejected[1], "does not speak the gpuverbs exchange protocol: it sent \"\\xee\\xee");
+    EXPECT_MSG(rejected[2], "timed out after 500 ms");
+    EXPECT_MSG(rejected[3], "wrong hello");
+    EXPECT_LT(ms_since(t0), 5000);
+}
+
+// The whole wait is bounded, however many clients come and go.
+TEST(OobChannel, AcceptClientWaitIsBoundedInAll) {
+    Listener l = Channel::listen(0);
+    std::atomic<bool> stop{false};
+    Background pest([&] {  // a silent client after another
+        while (!stop) {
+            int fd = raw_connect(l.port());
+            std::this_thread::sleep_for(std::chrono::milliseconds(150));
+            if (fd >= 0) ::close(fd);
+        }
+    });
+    auto t0 = Clock::now();
+    try {
+        l.accept_client(600, 10000, [](Channel& ch, int budget) { ch.recv_message(budget); });
+        ADD_FAILURE() << "a silent client passed";
+    } catch (const TimeoutError& e) {
+        EXPECT_MSG(std::string(e.what()), "no client passed the handshake on 127.0.0.1:");
+        EXPECT_MSG(std::string(e.what()), "within 600 ms");
+    }
+    EXPECT_LT(ms_since(t0), 2000);
+    stop = true;
+    EXPECT_EQ(pest.join(), "");
+    // Nobody at all (a fresh listener: the pest's last connection may wait in l's backlog):
+    // accept's own timeout.
+    Listener quiet = Channel::listen(0);
+    try {
+        quiet.accept_client(100, 100, [](Channel&, int) {});
+        ADD_FAILURE() << "accepted nobody";
+    } catch (const TimeoutError& e) {
+        EXPECT_MSG(std::string(e.what()), "within 100 ms");
+    }
+    // A local failure in the handshake is not the client's: it ends the wait.
+    Background c([&] { Channel x = Channel::connect("127.0.0.1", quiet.port(), 5000); x.recv_message(2000); });
+    EXPECT_THROW(quiet.accept_client(5000, 1000, [](Channel&, int) { throw InvalidUsage("local"); }), InvalidUsage);
+    c.join();
+}
+
+// A long connect says once what it waits for (through on_retry), not at every attempt.
+TEST(OobChannel, ConnectTellsOnceThatItWaits) {
+    const uint16_t port = closed_port();
+    int told = 0;
+    EXPECT_THROW(Channel::connect("127.0.0.1", port, 300, [&] { ++told; }), TimeoutError);
+    EXPECT_EQ(told, 1);
+    Listener l = Channel::listen(0);
+    told = 0;
+    Channel c = Channel::connect("127.0.0.1", l.port(), 1000, [&] { ++told; });
+    EXPECT_EQ(told, 0);  // the first attempt worked
+}
+
 TEST(OobChannel, MismatchedBackendsFailOnBothSides) {
     Loop l;
     std::string client_msg;

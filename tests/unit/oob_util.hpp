@@ -3,7 +3,9 @@
 
 #include "gpuverbs/oob.hpp"
 #include "soft/locator.hpp"
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -237,6 +239,59 @@ public:
 
 private:
     std::string error_;
+    std::thread thread_;
+};
+
+/// A TCP socket that is not a gpuverbs channel, connected to 127.0.0.1:port (-1 on failure).
+int raw_connect(uint16_t port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    if (fd >= 0) ::close(fd);
+    return -1;
+}
+
+/// A TCP server that is not gpuverbs: listens on a free loopback port and, on a thread,
+/// answers its first connection with `reply` (nothing when empty), then closes it. For the
+/// client's side of "the peer does not speak the gpuverbs exchange protocol".
+class RawServer {
+public:
+    explicit RawServer(std::string reply) : reply_(std::move(reply)) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 4) != 0 ||
+            getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+            throw std::runtime_error("RawServer: cannot listen");
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 10000) != 1) return;
+            int c = ::accept(fd_, nullptr, nullptr);
+            if (c < 0) return;
+            // Read what the client sent (its greeting), as a server reading a request would.
+            char buf[256];
+            pollfd q{c, POLLIN, 0};
+            if (::poll(&q, 1, 2000) == 1) (void)::recv(c, buf, sizeof buf, 0);
+            if (!reply_.empty()) (void)::send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+            ::close(c);
+        });
+    }
+    ~RawServer() {
+        thread_.join();
+        ::close(fd_);
+    }
+    uint16_t port() const { return port_; }
+
+private:
+    std::string reply_;
+    int fd_ = -1;
+    uint16_t port_ = 0;
     std::thread thread_;
 };
 

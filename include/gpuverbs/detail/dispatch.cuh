@@ -57,6 +57,20 @@ GV_HOST_DEVICE void drive(const dev::QpHandle& qp) {
     if (qp.backend == Backend::Soft) soft::drive(qp);
 }
 
+/// Where a kernel posts the flush READ that makes data a NIC wrote into this GPU's memory
+/// visible to it (dev::flush_gpu_writes); null when nothing is needed:
+///   soft   the executor's copies are this GPU's own stores (or the CPU's, for host memory),
+///          released before the CQE that reports them: a consumer that acquired the CQE sees
+///          them. Nothing crosses PCIe.
+///   mlx5   the context's loopback flush QP when the GPU does not order GPUDirect RDMA writes
+///          for its kernels (ReadFlush, docs/mlx5.md).
+///   verbs  null: the proxy thread writes the CQE after it polled the verbs completion, so
+///          where a NIC wrote GPU memory the same ordering gap exists; it is the proxy's to
+///          close before it writes the CQE (cuFlushGPUDirectRDMAWrites, or this READ).
+GV_HOST_DEVICE const dev::Mlx5Flush* flush_target(const dev::QpHandle& qp) {
+    return qp.backend == Backend::Mlx5 ? qp.mlx5.flush : nullptr;
+}
+
 /// Whether the device side can see the QP in ERROR. The software device keeps the QP state
 /// where a kernel can read it, and the verbs proxy publishes it there; on mlx5 the state
 /// lives in the NIC (an error shows as an error completion), so this is false there.

@@ -20,7 +20,8 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
     return nullptr;
 }
 
-/// Frees the queue slots up to and including the WQE a completion reports.
+/// Frees the queue slots up to and including the WQE a completion reports (and keeps the
+/// syndrome of a QP's first error where the slot asks for it).
 ///
 /// Pollers claim completions in order but may retire them in any order, so a completion
 /// can arrive here after a later one of its QP was retired. Rebuilding its position from
@@ -31,6 +32,11 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
 GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
     const CqQpSlot* s = cq_find_slot(cq, c.qpn);
     if (!s) return;
+    // The QP's first error other than a flush: why it entered ERROR (kept once).
+    if (s->syndrome && !c.ok() && c.status != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) {
+        uint32_t none = 0;
+        atom::cas(s->syndrome, none, uint32_t(c.status), cq.sys != 0);
+    }
     if (c.is_recv()) {
         if (!s->rq_retired) return;
         unsigned long long r = atom::load_acquire(s->rq_retired);
@@ -89,8 +95,12 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
     return n;
 }
 
-/// True once the software device lost a completion because this CQ was full.
+/// True once the software device lost a completion because this CQ was full. From a CPU
+/// thread, false for a CQ in GPU memory (unreadable there; kernels see the flag).
 GV_HOST_DEVICE bool cq_overrun(const CqHandle& cq) {
+#if !GV_DEVICE_CODE
+    if (!cq.host_reachable) return false;  // GPU memory: a CPU thread cannot read the flag
+#endif
     return cq.overrun && atom::load_acquire(cq.overrun, cq.sys != 0) != 0;
 }
 

@@ -46,6 +46,10 @@ struct CqQpSlot {
     uint8_t* sq;                       ///< to read a completed WQE's size
     unsigned long long* sq_retired;    ///< null unless this CQ is the QP's send CQ
     unsigned long long* rq_retired;    ///< null unless this CQ is the QP's receive CQ
+    /// Where the poller that takes the QP's first failed completion (other than a flush)
+    /// keeps its syndrome, for QueuePair::error_syndrome(); null where the backend knows it
+    /// itself (the software device) rather than from the completions (a NIC).
+    uint32_t* syndrome;
 };
 
 /// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
@@ -117,9 +121,25 @@ struct SoftQpPart {
     void* host_arg;
 };
 
-/// The ConnectX (mlx5) backend's part of a QP handle.
+struct Mlx5Flush;
+
+/// The ConnectX (mlx5) backend's part of a QP handle (docs/mlx5.md).
 struct Mlx5QpPart {
-    uint64_t* uar;  ///< the doorbell register (BlueFlame), mapped for whoever rings it
+    /// The doorbell register (the UAR's doorbell word) as kernels reach it: mapped into the
+    /// GPU with cudaHostRegister(IoMemory). Null when a CPU proxy thread rings
+    /// (DoorbellHandler::CpuProxy) or on a CPU-only context.
+    uint64_t* uar;
+    /// The same register for CPU threads (its mapping in this process). Null when a CPU proxy
+    /// thread rings.
+    uint64_t* uar_host;
+    /// Serializes reading the send doorbell record and writing the doorbell register (0 free,
+    /// 1 held), so doorbells reach the NIC in producer-index order; and the producer index
+    /// last rung. Both in the QP's queue memory.
+    uint32_t* db_lock;
+    uint32_t* db_last;
+    /// Where kernels post the flush READ that makes the NIC's writes into GPU memory visible
+    /// (dev::flush_gpu_writes); null when the GPU orders them itself (or ReadFlush::Never).
+    const Mlx5Flush* flush;
 };
 
 /// The verbs backend's part of a QP handle: where the proxy thread publishes the QP's state,
@@ -144,6 +164,18 @@ struct QpHandle {
     VerbsQpPart verbs;
 };
 static_assert(std::is_trivially_copyable_v<QpHandle>);
+
+/// The mlx5 backend's read-consistency QP of a context: a loopback RC QP whose RDMA READ of a
+/// word of GPU memory returns only after every earlier write of that NIC into the GPU's
+/// memory landed (PCIe: a read does not pass the posted writes before it). In GPU memory.
+struct Mlx5Flush {
+    QpHandle qp;       ///< the loopback QP (its send CQ is polled by the flushing threads)
+    uint64_t src;      ///< the GPU word the READ reads
+    uint32_t src_rkey;
+    uint32_t dst_lkey;
+    uint64_t dst;      ///< where the READ puts it (8 bytes)
+    uint32_t* failed;  ///< the syndrome of a failed flush READ (0: none); the QP is then in ERROR
+};
 
 }  // namespace dev
 }  // namespace gv

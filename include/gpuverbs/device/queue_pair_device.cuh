@@ -8,7 +8,8 @@
 // The pieces, in dependency order: queue_pair_handle.cuh (QpHandle, flags, scopes),
 // qp_ring.cuh (reservation and publication), qp_post.cuh (WQE builders), qp_weak.cuh
 // (caller-chosen positions), qp_doorbell.cuh (commit, commit_weak, drive), qp_recv.cuh
-// (receives), qp_wait.cuh (completions, QP state).
+// (receives), qp_wait.cuh (completions, QP state), qp_flush.cuh (the consistency step before
+// consuming what a NIC wrote into GPU memory).
 #pragma once
 
-#include "gpuverbs/device/qp_wait.cuh"
+#include "gpuverbs/device/qp_flush.cuh"
