@@ -78,6 +78,7 @@ table=(
     "gv_compute_send -n_0               -s        -n_10                                            GPU"
     "gv_probe_costs  -                  -         -                                                GPU"
     "gv_probe_path   -                  -         -                                                GPU"
+    "gv_proxy_rate   --qps_0            --qps     --posters_gpu                                    --posters_gpu:"
 )
 
 row_of() {

@@ -17,6 +17,8 @@
 //   idle     nothing is posted for --seconds: the CPU time the proxy threads spend idle
 //            (with --idle-sleep-us, the bound of their backoff)
 // The sink completes every work request at once and records nothing here.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -28,8 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
-
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "verbs/sink.hpp"
@@ -61,49 +62,43 @@ struct Args {
     bool json = false;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-    std::fprintf(stderr,
-                 "gv_proxy_rate: %s\nusage: gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] "
-                 "[--proxy-threads N] [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu|idle] [--batch N] "
-                 "[--seconds S] [--idle-sleep-us N] [--json]\n",
-                 why.c_str());
-    std::exit(2);
-}
+const char* const kUsage =
+    "usage: gv_proxy_rate [--sink | --device NAME [--gid-index N] [--baseline]] [--proxy-threads N]\n"
+    "                     [--qps N] [--wqes N] [--rounds N] [--posters prefill|cpu|gpu|idle] [--batch N]\n"
+    "                     [--seconds S] [--idle-sleep-us N] [--json]\n"
+    "How many WQEs per second the verbs proxy reads, translates and posts (docs/verbs.md).\n"
+    "  --sink              into the sink: no device, work completed at once (default)\n"
+    "  --device NAME       into that RDMA device (rxe0 in the Soft-RoCE VM); --gid-index picks its GID\n"
+    "  --baseline          also post the same work with ibv_post_send directly (needs --device)\n"
+    "  --proxy-threads N   proxy threads (1)          --qps N       QPs, in connected pairs (8)\n"
+    "  --wqes N            WQEs per QP per round, and its ring (4096)   --rounds N   rounds (5)\n"
+    "  --posters prefill   the rings filled, then every doorbell at once: the proxy alone (default)\n"
+    "  --posters cpu       a CPU thread per QP posting batches of --batch for --seconds\n"
+    "  --posters gpu       a block of 256 threads per QP (CUDA builds, a GPU)\n"
+    "  --posters idle      nothing posted for --seconds: the CPU an idle proxy thread uses\n"
+    "  --idle-sleep-us N   VerbsOptions::max_idle_sleep_us (0: busy-poll, the default here)\n"
+    "  --json              one JSON line\n";
 
-Args parse(int argc, char** argv) {
+Args parse(gvcli::Args& args) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string k = argv[i];
-        auto val = [&]() -> std::string {
-            if (i + 1 >= argc) usage("missing value of " + k);
-            return argv[++i];
-        };
-        auto num = [&](uint64_t lo, uint64_t hi) {
-            const std::string t = val();
-            char* end = nullptr;
-            const unsigned long long x = std::strtoull(t.c_str(), &end, 10);
-            if (t.empty() || *end || x < lo || x > hi)
-                usage(k + " " + t + ": expected " + std::to_string(lo) + " .. " + std::to_string(hi));
-            return uint32_t(x);
-        };
-        if (k == "--sink") a.device.clear();
-        else if (k == "--device") a.device = val();
-        else if (k == "--gid-index") a.gid_index = int(num(0, 255));
-        else if (k == "--baseline") a.baseline = true;
-        else if (k == "--proxy-threads") a.proxy_threads = num(1, 64);
-        else if (k == "--qps") a.qps = num(1, 1024);
-        else if (k == "--wqes") a.wqes = num(32, 16384);
-        else if (k == "--rounds") a.rounds = num(1, 100000);
-        else if (k == "--posters") a.posters = val();
-        else if (k == "--batch") a.batch = num(1, 4096);
-        else if (k == "--seconds") a.seconds = num(1, 600);
-        else if (k == "--idle-sleep-us") a.idle_sleep_us = num(0, 1000000);
-        else if (k == "--json") a.json = true;
-        else usage("unknown option " + k);
+    while (args.next()) {
+        if (args.is("--sink")) a.device.clear();
+        else if (args.is("--device")) a.device = args.value();
+        else if (args.is("--gid-index")) a.gid_index = int(args.integer(0, 255));
+        else if (args.is("--baseline")) a.baseline = true;
+        else if (args.is("--proxy-threads")) a.proxy_threads = uint32_t(args.integer(1, 64));
+        else if (args.is("--qps")) a.qps = uint32_t(args.integer(1, 1024));
+        else if (args.is("--wqes")) a.wqes = uint32_t(args.integer(32, 16384));
+        else if (args.is("--rounds")) a.rounds = uint32_t(args.integer(1, 100000));
+        else if (args.is("--posters")) a.posters = args.one_of({"prefill", "cpu", "gpu", "idle"});
+        else if (args.is("--batch")) a.batch = uint32_t(args.integer(1, 4096));
+        else if (args.is("--seconds")) a.seconds = args.number(0, 600);
+        else if (args.is("--idle-sleep-us")) a.idle_sleep_us = uint32_t(args.integer(0, 1000000));
+        else if (args.is("--json")) a.json = true;
+        else args.unknown();
     }
-    if (a.posters != "prefill" && a.posters != "cpu" && a.posters != "gpu" && a.posters != "idle")
-        usage("--posters: prefill, cpu, gpu or idle");
-    if (a.baseline && a.device.empty()) usage("--baseline needs --device (it posts to the device directly)");
+    if (a.baseline && a.device.empty())
+        throw gvcli::UsageError("--baseline needs --device (it posts to the device directly)");
     return a;
 }
 
@@ -160,8 +155,9 @@ Result run_prefill(Setup& s, const Args& a) {
             const dev::QpHandle h = s.h(i);
             for (uint32_t k = 0; k < a.wqes; ++k) {
                 // Posted without a doorbell: the proxy sees none of it yet.
-                const Status st = dev::write(h, s.host.data() + 4096 * i, 8, s.mr->lkey(), s.dst(i) + 8 * (k & 63),
-                                             s.mr->rkey(), k + 1 == a.wqes ? kSignaled : 0);
+                const Status st =
+                    dev::write(h, s.host.data() + 4096 * i, 8, s.mr->lkey(), s.dst(i) + 8 * (k & 63),
+                               s.mr->rkey(), k + 1 == a.wqes ? kSignaled : 0);
                 if (st != Status::Ok) throw Error(std::string("posting: ") + status_name(st));
             }
         }
@@ -195,8 +191,8 @@ Result run_cpu(Setup& s, const Args& a) {
             uint64_t batches = 0, done = 0;
             while (!stop.load(std::memory_order_relaxed)) {
                 for (uint32_t k = 0; k < a.batch; ++k)
-                    dev::write(h, s.host.data() + 4096 * i, 8, s.mr->lkey(), s.dst(i) + 8 * (k & 63), s.mr->rkey(),
-                               k + 1 == a.batch ? kSignaled : 0);
+                    dev::write(h, s.host.data() + 4096 * i, 8, s.mr->lkey(), s.dst(i) + 8 * (k & 63),
+                               s.mr->rkey(), k + 1 == a.batch ? kSignaled : 0);
                 dev::commit(h);
                 ++batches;
                 while (batches - done > window) {
@@ -238,8 +234,8 @@ __global__ void post_kernel(const GpuJob* jobs, uint32_t rounds, uint32_t window
     const GpuJob& j = jobs[blockIdx.x];
     for (uint32_t r = 0; r < rounds; ++r) {
         const uint32_t f = threadIdx.x + 1 == blockDim.x ? kSignaled : 0;
-        if (dev::write<Scope::Block>(j.qp, reinterpret_cast<const void*>(j.laddr), 8, j.lkey, j.raddr + 8 * (threadIdx.x & 63),
-                                     j.rkey, f) != Status::Ok)
+        if (dev::write<Scope::Block>(j.qp, reinterpret_cast<const void*>(j.laddr), 8, j.lkey,
+                                     j.raddr + 8 * (threadIdx.x & 63), j.rkey, f) != Status::Ok)
             atomicAdd(errors, 1);
         dev::commit<Scope::Block>(j.qp);
         if (threadIdx.x == 0 && r >= window) {
@@ -265,7 +261,8 @@ Result run_gpu(Setup& s, const Args& a) {
     const v::ProxyStats before = px->stats();
     std::vector<GpuJob> jobs(a.qps);
     for (uint32_t i = 0; i < a.qps; ++i)
-        jobs[i] = {s.h(i), reinterpret_cast<uint64_t>(s.host.data() + 4096 * i), s.dst(i), s.mr->lkey(), s.mr->rkey()};
+        jobs[i] = {s.h(i), reinterpret_cast<uint64_t>(s.host.data() + 4096 * i), s.dst(i), s.mr->lkey(),
+                   s.mr->rkey()};
     GpuJob* d_jobs = nullptr;
     int* d_err = nullptr;
     cudaMalloc(&d_jobs, sizeof(GpuJob) * a.qps);
@@ -330,7 +327,8 @@ double baseline(const Args& a, uint64_t* wrs) {
                 ibv_wc wc[16];
                 const int got = cq[i]->poll(wc, 16);
                 for (int k = 0; k < got; ++k) {
-                    if (wc[k].status != IBV_WC_SUCCESS) throw Error(std::string("baseline: ") + v::wc_status_name(wc[k].status));
+                    if (wc[k].status != IBV_WC_SUCCESS)
+                        throw Error(std::string("baseline: ") + v::wc_status_name(wc[k].status));
                     inflight[i] -= uint32_t(wc[k].wr_id);  // a list's size
                 }
                 if (left[i] || inflight[i]) busy = true;
@@ -349,7 +347,8 @@ double baseline(const Args& a, uint64_t* wrs) {
                     wr[j].next = j + 1 < k ? &wr[j + 1] : nullptr;
                 }
                 ibv_send_wr* bad = nullptr;
-                if (int rc = ibv_post_send(qp[i]->get(), wr.data(), &bad)) throw Error("baseline: ibv_post_send: " + v::errno_text(rc));
+                if (int rc = ibv_post_send(qp[i]->get(), wr.data(), &bad))
+                    throw Error("baseline: ibv_post_send: " + v::errno_text(rc));
                 left[i] -= k;
                 inflight[i] += k;
                 *wrs += k;
@@ -363,89 +362,98 @@ double baseline(const Args& a, uint64_t* wrs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Args a = parse(argc, argv);
-    try {
-        VerbsOptions vo;
-        vo.proxy_threads = a.proxy_threads;
-        vo.gid_index = a.gid_index;
-        vo.max_idle_sleep_us = a.idle_sleep_us;  // default 0: busy-poll (a rate, not an idle cost)
-        int gpu = -1;
-        if (a.posters == "gpu") {
+    return gvcli::run(argc, argv, kUsage, [](gvcli::Args& args) -> int {
+        const Args a = parse(args);
+        {
+            VerbsOptions vo;
+            vo.proxy_threads = a.proxy_threads;
+            vo.gid_index = a.gid_index;
+            vo.max_idle_sleep_us = a.idle_sleep_us;  // default 0: busy-poll (a rate, not an idle cost)
+            int gpu = -1;
+            if (a.posters == "gpu") {
 #if defined(__CUDACC__)
-            if (Context::gpu_count() == 0) throw NotSupported("--posters gpu: no CUDA GPU visible");
-            gpu = 0;
+                const std::string why = gvcli::no_gpu_reason();
+                if (!why.empty()) throw NotSupported("--posters gpu: " + why);
+                if (Context::gpu_count() == 0) throw NotSupported("--posters gpu: no CUDA GPU visible");
+                gpu = 0;
 #else
-            throw NotSupported("--posters gpu: this build has no CUDA");
+            throw NotSupported("--posters gpu: this build has no CUDA (configure with nvcc found)");
 #endif
-        }
-        Context ctx = [&] {
-            if (a.device.empty()) {
-                v::SinkOptions so;
-                so.record = false;
-                return v::open_sink_context(std::make_shared<v::SinkDevice>(so), vo, gpu);
             }
-            ContextOptions co;
-            co.backend = Backend::Verbs;
-            co.gpu = gpu;
-            co.device = a.device;
-            co.verbs = vo;
-            return Context(co);
-        }();
-        Result r;
-        if (a.posters == "idle") {
-            Setup s(ctx, a, gpu);
-            auto cpu = [] {
-                rusage u{};
-                getrusage(RUSAGE_SELF, &u);
-                return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-            };
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the spinning phase
-            const double c0 = cpu();
-            const auto t0 = Clock::now();
-            const uint64_t s0 = v::proxy_of(ctx)->stats().sleeps;
-            std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
-            const double wall = secs(t0, Clock::now()), used = cpu() - c0;
-            const uint64_t sleeps = v::proxy_of(ctx)->stats().sleeps - s0;
-            std::printf("idle: %u proxy thread(s), %u QPs, max idle sleep %u us: %.1f%% of a core, %.0f wake-ups/s\n",
-                        a.proxy_threads, a.qps, a.idle_sleep_us, 100.0 * used / wall, double(sleeps) / wall);
+            Context ctx = [&] {
+                if (a.device.empty()) {
+                    v::SinkOptions so;
+                    so.record = false;
+                    return v::open_sink_context(std::make_shared<v::SinkDevice>(so), vo, gpu);
+                }
+                ContextOptions co;
+                co.backend = Backend::Verbs;
+                co.gpu = gpu;
+                co.device = a.device;
+                co.verbs = vo;
+                return Context(co);
+            }();
+            Result r;
+            if (a.posters == "idle") {
+                Setup s(ctx, a, gpu);
+                auto cpu = [] {
+                    rusage u{};
+                    getrusage(RUSAGE_SELF, &u);
+                    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+                           1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+                };
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the spinning phase
+                const double c0 = cpu();
+                const auto t0 = Clock::now();
+                const uint64_t s0 = v::proxy_of(ctx)->stats().sleeps;
+                std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+                const double wall = secs(t0, Clock::now()), used = cpu() - c0;
+                const uint64_t sleeps = v::proxy_of(ctx)->stats().sleeps - s0;
+                std::printf(
+                    "idle: %u proxy thread(s), %u QPs, max idle sleep %u us: %.1f%% of a core, %.0f "
+                    "wake-ups/s\n",
+                    a.proxy_threads, a.qps, a.idle_sleep_us, 100.0 * used / wall, double(sleeps) / wall);
+                return 0;
+            }
+            {
+                Setup s(ctx, a, gpu);
+                if (a.posters == "prefill") r = run_prefill(s, a);
+                else if (a.posters == "cpu") r = run_cpu(s, a);
+#if defined(__CUDACC__)
+                else r = run_gpu(s, a);
+#endif
+            }
+            const double rate = double(r.wqes) / r.seconds;
+            double base_rate = 0;
+            uint64_t base_wrs = 0;
+            if (a.baseline) base_rate = double(a.rounds) * a.qps * a.wqes / baseline(a, &base_wrs);
+            const std::string target = a.device.empty() ? "sink" : a.device;
+            if (a.json) {
+                std::printf(
+                    "{\"tool\":\"gv_proxy_rate\",\"target\":\"%s\",\"posters\":\"%s\",\"proxy_threads\":%u,"
+                    "\"qps\":%u,"
+                    "\"wqes\":%llu,\"seconds\":%.6f,\"wqe_per_s\":%.0f,\"work_requests\":%llu,\"post_calls\":"
+                    "%llu,"
+                    "\"completions\":%llu,\"backpressure\":%llu,\"baseline_wqe_per_s\":%.0f}\n",
+                    target.c_str(), a.posters.c_str(), a.proxy_threads, a.qps, (unsigned long long)r.wqes,
+                    r.seconds, rate, (unsigned long long)r.stats.send_wrs,
+                    (unsigned long long)r.stats.post_calls, (unsigned long long)r.stats.completions,
+                    (unsigned long long)r.stats.backpressure, base_rate);
+            } else {
+                std::printf("# gv_proxy_rate: %s, posters %s, %u proxy thread(s), %u QPs\n", target.c_str(),
+                            a.posters.c_str(), a.proxy_threads, a.qps);
+                std::printf("%-12s %-10s %-14s %-12s %-12s %-12s\n", "WQEs", "seconds", "WQE/s", "lists",
+                            "WRs/list", "completions");
+                std::printf("%-12llu %-10.4f %-14.0f %-12llu %-12.1f %-12llu\n", (unsigned long long)r.wqes,
+                            r.seconds, rate, (unsigned long long)r.stats.post_calls,
+                            r.stats.post_calls ? double(r.stats.send_wrs) / double(r.stats.post_calls) : 0.0,
+                            (unsigned long long)r.stats.completions);
+                if (a.baseline)
+                    std::printf(
+                        "baseline (ibv_post_send directly, lists of 32): %.0f WQE/s; proxy / direct = %.3f\n",
+                        base_rate, rate / base_rate);
+            }
             return 0;
         }
-        {
-            Setup s(ctx, a, gpu);
-            if (a.posters == "prefill") r = run_prefill(s, a);
-            else if (a.posters == "cpu") r = run_cpu(s, a);
-#if defined(__CUDACC__)
-            else r = run_gpu(s, a);
-#endif
-        }
-        const double rate = double(r.wqes) / r.seconds;
-        double base_rate = 0;
-        uint64_t base_wrs = 0;
-        if (a.baseline) base_rate = double(a.rounds) * a.qps * a.wqes / baseline(a, &base_wrs);
-        const std::string target = a.device.empty() ? "sink" : a.device;
-        if (a.json) {
-            std::printf("{\"tool\":\"gv_proxy_rate\",\"target\":\"%s\",\"posters\":\"%s\",\"proxy_threads\":%u,\"qps\":%u,"
-                        "\"wqes\":%llu,\"seconds\":%.6f,\"wqe_per_s\":%.0f,\"work_requests\":%llu,\"post_calls\":%llu,"
-                        "\"completions\":%llu,\"backpressure\":%llu,\"baseline_wqe_per_s\":%.0f}\n",
-                        target.c_str(), a.posters.c_str(), a.proxy_threads, a.qps, (unsigned long long)r.wqes, r.seconds,
-                        rate, (unsigned long long)r.stats.send_wrs, (unsigned long long)r.stats.post_calls,
-                        (unsigned long long)r.stats.completions, (unsigned long long)r.stats.backpressure, base_rate);
-        } else {
-            std::printf("# gv_proxy_rate: %s, posters %s, %u proxy thread(s), %u QPs\n", target.c_str(), a.posters.c_str(),
-                        a.proxy_threads, a.qps);
-            std::printf("%-12s %-10s %-14s %-12s %-12s %-12s\n", "WQEs", "seconds", "WQE/s", "lists", "WRs/list",
-                        "completions");
-            std::printf("%-12llu %-10.4f %-14.0f %-12llu %-12.1f %-12llu\n", (unsigned long long)r.wqes, r.seconds, rate,
-                        (unsigned long long)r.stats.post_calls,
-                        r.stats.post_calls ? double(r.stats.send_wrs) / double(r.stats.post_calls) : 0.0,
-                        (unsigned long long)r.stats.completions);
-            if (a.baseline)
-                std::printf("baseline (ibv_post_send directly, lists of 32): %.0f WQE/s; proxy / direct = %.3f\n",
-                            base_rate, rate / base_rate);
-        }
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gv_proxy_rate: %s\n", e.what());
-        return 1;
-    }
+    });
 }
