@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "cli.hpp"
 #include "gpuverbs/gpuverbs.hpp"
 #include "mlx5/report.hpp"
 
@@ -19,7 +20,7 @@ namespace be = gv::detail::mlx5be;
 namespace {
 
 const char* kUsage =
-    "Usage: gpuverbs_info [--device NAME] [--gpu N] [--json]\n"
+    "usage: gpuverbs_info [--device NAME] [--gpu N] [--json]\n"
     "\n"
     "What this machine offers GPU-initiated RDMA with gpuverbs: RDMA devices (ports, link\n"
     "layers, GIDs), GPUs, and for every ConnectX with every GPU whether kernels can drive its\n"
@@ -35,10 +36,6 @@ const char* kUsage =
     "failed, 2 a bad command line.\n"
     "Note: the mlx5 (ConnectX) backend of this version has not run on ConnectX hardware yet;\n"
     "gv_selftest is its first run on a machine that has one.\n";
-
-struct UsageError {
-    std::string what;
-};
 
 void print_missing(const std::vector<be::Missing>& v, const char* indent) {
     for (const be::Missing& m : v) {
@@ -147,57 +144,25 @@ void print_text(const be::Report& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i)
-        if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-            std::fputs(kUsage, stdout);
-            return 0;
-        }
     std::string device;
     int gpu = -2;
     bool json = false;
-    try {
-        for (int i = 1; i < argc; ++i) {
-            std::string a = argv[i], v;
-            const size_t eq = a.find('=');
-            const bool has_eq = a.rfind("--", 0) == 0 && eq != std::string::npos;
-            if (has_eq) {
-                v = a.substr(eq + 1);
-                a.resize(eq);
-            }
-            auto value = [&]() -> std::string {
-                if (has_eq) return v;
-                if (i + 1 >= argc) throw UsageError{a + " needs a value"};
-                return argv[++i];
-            };
-            if (a == "--device") {
-                device = value();
-                if (device.empty()) throw UsageError{"--device needs a device name (e.g. mlx5_0)"};
-            } else if (a == "--gpu") {
-                std::string s = value();
-                char* end = nullptr;
-                long n = std::strtol(s.c_str(), &end, 10);
-                if (s.empty() || *end || n < 0 || n > 1023) throw UsageError{"--gpu " + s + ": expected a GPU index 0 .. 1023"};
-                gpu = int(n);
-            } else if (a == "--json") {
-                if (has_eq) throw UsageError{"--json takes no value"};
+    return gvcli::run(argc, argv, kUsage, [&](gvcli::Args& args) -> int {
+        while (args.next()) {
+            if (args.is("--device")) {
+                device = args.value();
+                if (device.empty()) throw gvcli::UsageError("--device needs a device name (e.g. mlx5_0)");
+            } else if (args.is("--gpu")) {
+                gpu = int(args.integer(0, 1023));
+            } else if (args.is("--json")) {
                 json = true;
-            } else if (a.size() > 1 && a[0] == '-') {
-                throw UsageError{"unknown option " + a};
             } else {
-                throw UsageError{"unexpected argument '" + a + "'"};
+                args.unknown();
             }
         }
-    } catch (const UsageError& e) {
-        std::fprintf(stderr, "gpuverbs_info: %s\nTry 'gpuverbs_info --help' for more information.\n", e.what.c_str());
-        return 2;
-    }
-    try {
         be::Report r = be::gather_report(device, gpu);
         if (json) std::fputs(be::report_json(r).c_str(), stdout);
         else print_text(r);
         return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gpuverbs_info: %s\n", e.what());
-        return 1;
-    }
+    });
 }

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "mlx5/report.hpp"
@@ -47,7 +48,7 @@ const char* kProg = "gv_selftest";
 #endif
 
 const char* kUsage =
-    "Usage: gv_selftest [--device NAME] [--gpu N] [--handler auto|gpu|cpu-proxy|all] [--size BYTES]\n"
+    "usage: gv_selftest [--device NAME] [--gpu N] [--handler auto|gpu|cpu-proxy|all] [--size BYTES]\n"
     "                   [--timeout-ms MS]\n"
     "\n"
     "The first run of gpuverbs' ConnectX (mlx5) backend on a machine: two QPs of one ConnectX\n"
@@ -76,10 +77,6 @@ struct Options {
 #ifdef GV_SELFTEST_STANDIN
     bool uar_unmappable = false;  // the stand-in reports a UAR the GPU cannot map
 #endif
-};
-
-struct UsageError {
-    std::string what;
 };
 
 int skip(const std::string& why) {
@@ -465,64 +462,33 @@ int run(const Options&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i)
-        if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-            std::fputs(kUsage, stdout);
-            return 0;
-        }
     Options o;
-    try {
-        for (int i = 1; i < argc; ++i) {
-            std::string a = argv[i], v;
-            const size_t eq = a.find('=');
-            const bool has_eq = a.rfind("--", 0) == 0 && eq != std::string::npos;
-            if (has_eq) {
-                v = a.substr(eq + 1);
-                a.resize(eq);
-            }
-            auto value = [&]() -> std::string {
-                if (has_eq) return v;
-                if (i + 1 >= argc) throw UsageError{a + " needs a value"};
-                return argv[++i];
-            };
-            auto integer = [&](long long lo, long long hi) -> long long {
-                std::string s = value();
-                char* end = nullptr;
-                long long n = std::strtoll(s.c_str(), &end, 10);
-                if (s.empty() || *end || n < lo || n > hi)
-                    throw UsageError{a + " " + s + ": expected an integer in " + std::to_string(lo) + " .. " + std::to_string(hi)};
-                return n;
-            };
-            if (a == "--device") {
-                o.device = value();
-            } else if (a == "--gpu") {
-                o.gpu = int(integer(0, 1023));
-            } else if (a == "--handler") {
-                o.handler = value();
-                if (o.handler != "auto" && o.handler != "gpu" && o.handler != "cpu-proxy" && o.handler != "all")
-                    throw UsageError{"--handler " + o.handler + ": expected auto, gpu, cpu-proxy or all"};
-            } else if (a == "--size") {
-                o.size = uint64_t(integer(8, 1ll << 30));
-            } else if (a == "--timeout-ms") {
-                o.timeout_ms = uint64_t(integer(1, 3600000));
+    return gvcli::run(argc, argv, kUsage, [&](gvcli::Args& args) -> int {
+        while (args.next()) {
+            if (args.is("--device")) {
+                o.device = args.value();
+            } else if (args.is("--gpu")) {
+                o.gpu = int(args.integer(0, 1023));
+            } else if (args.is("--handler")) {
+                o.handler = args.one_of({"auto", "gpu", "cpu-proxy", "all"});
+            } else if (args.is("--size")) {
+                o.size = uint64_t(args.integer(8, 1ll << 30, true));
+            } else if (args.is("--timeout-ms")) {
+                o.timeout_ms = uint64_t(args.integer(1, 3600000));
 #ifdef GV_SELFTEST_STANDIN
-            } else if (a == "--uar-unmappable") {
+            } else if (args.is("--uar-unmappable")) {
                 o.uar_unmappable = true;
 #endif
-            } else if (a.size() > 1 && a[0] == '-') {
-                throw UsageError{"unknown option " + a};
             } else {
-                throw UsageError{"unexpected argument '" + a + "'"};
+                args.unknown();
             }
         }
-    } catch (const UsageError& e) {
-        std::fprintf(stderr, "%s: %s\nTry '%s --help' for more information.\n", kProg, e.what.c_str(), kProg);
-        return 2;
-    }
-    try {
-        return run(o);
-    } catch (const std::exception& e) {
-        std::printf("%s: FAIL: %s\n", kProg, e.what());
-        return 1;
-    }
+        try {
+            return run(o);
+        } catch (const std::exception& e) {
+            // One FAIL line on stdout, with the PASS/SKIP lines before it (exit 1).
+            std::printf("%s: FAIL: %s\n", kProg, e.what());
+            return 1;
+        }
+    });
 }

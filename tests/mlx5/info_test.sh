@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 # --help: usage on stdout, exit 0.
 "$info" --help > "$tmp/help" 2> "$tmp/help.err"; rc=$?
 [ $rc = 0 ] || fail "--help exited $rc"
-grep -q '^Usage: gpuverbs_info' "$tmp/help" || fail "--help printed no usage on stdout"
+grep -q '^usage: gpuverbs_info' "$tmp/help" || fail "--help printed no usage on stdout"
 [ -s "$tmp/help.err" ] && fail "--help wrote to stderr"
 # A bad option: named on stderr, exit 2. A missing value: the same.
 "$info" --frobnicate > "$tmp/out" 2> "$tmp/err"; rc=$?

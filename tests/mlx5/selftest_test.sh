@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$prog" --help > "$tmp/help" 2>&1; rc=$?
 [ $rc = 0 ] || fail "--help exited $rc"
-grep -q '^Usage: gv_selftest' "$tmp/help" || fail "--help printed no usage"
+grep -q '^usage: gv_selftest' "$tmp/help" || fail "--help printed no usage"
 "$prog" --handler maybe > /dev/null 2> "$tmp/err"; rc=$?
 [ $rc = 2 ] || fail "--handler maybe exited $rc, expected 2"
 grep -q -- '--handler maybe: expected auto, gpu, cpu-proxy or all' "$tmp/err" || fail "bad --handler: $(cat "$tmp/err")"
