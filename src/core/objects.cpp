@@ -308,7 +308,12 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     QpEndpoint me = endpoint();
     GV_REQUIRE(peer.backend == me.backend, std::string("cannot connect a ") + backend_name(me.backend) +
                                                " QP to a " + backend_name(peer.backend) + " QP");
-    GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    // The software device's GPU devices ("soft-gpu0", "soft-gpu1") connect across GPUs of one
+    // host (docs/two-gpus.md): the endpoint's locator says which GPU, and the backend decides.
+    auto soft_gpu = [](const std::string& d) { return d.rfind("soft-gpu", 0) == 0; };
+    const bool same = peer.device == me.device ||
+                      (me.backend == Backend::Soft && soft_gpu(me.device) && soft_gpu(peer.device));
+    GV_REQUIRE(same, "cannot connect a QP on " + me.device + " to one on " + peer.device);
     if (state() == QpState::Reset) to_init(init);
     rtr.remote_qpn = peer.qpn;
     rtr.rq_psn = peer.psn;
