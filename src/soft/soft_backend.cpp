@@ -385,10 +385,6 @@ private:
         if (f.peer_gpu >= 0 && f.peer_gpu != f.local_gpu) {
             f.can_access_peer = cuda::can_access_peer(f.local_gpu, f.peer_gpu);
             if (same_process) f.peer_can_access = cuda::can_access_peer(f.peer_gpu, f.local_gpu);
-            // Tests on a host whose GPUs do have peer access make them look as if they had none
-            // (the refusal path, end to end; tests/gpu/two_gpu_test.cu).
-            if (const char* t = std::getenv("GV_TEST_NO_PEER_ACCESS"); t && *t && *t != '0')
-                f.can_access_peer = f.peer_can_access = 0;
         }
         return f;
     }
