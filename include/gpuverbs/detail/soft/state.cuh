@@ -43,7 +43,7 @@ __device__ __forceinline__ atom::sys_ref<T> peer_ref(T* p) {
 template <typename T>
 GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
 #if GV_DEVICE_CODE
-    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, cuda::memory_order_acq_rel);
+    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, ::cuda::memory_order_acq_rel);
 #endif
     return atom::fetch_add(p, v, scope != kScopeGpu);
 }
@@ -52,7 +52,7 @@ GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
 template <typename T>
 GV_HOST_DEVICE bool rmw_cas(T* p, T& expected, T desired, uint32_t scope) {
 #if GV_DEVICE_CODE
-    if (scope == kScopePeer) return peer_ref(p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
+    if (scope == kScopePeer) return peer_ref(p).compare_exchange_strong(expected, desired, ::cuda::memory_order_acq_rel);
 #endif
     return atom::cas(p, expected, desired, scope != kScopeGpu);
 }
