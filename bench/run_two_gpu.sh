@@ -86,25 +86,28 @@ pair() {  # pair BENCH ARGS...: server on GPU 1 in the background, client on GPU
 
 its() { local it=$(( (1 << 30) / ($1 * $2) )); (( it < 32 )) && it=32; (( it > 8192 )) && it=8192; echo $it; }
 
-# Loopback: the same-GPU reference, then GPU 0 -> GPU 1.
+# The cases that answer the targets first (1 MiB bandwidth against the ceiling, 8-byte
+# latency against the same-GPU figure), then two processes, then the other sizes.
 one gv_write_bw -s 1048576 -q 264 -t 512 -n "$(its 1048576 264)" --reps 3
 one gv_write_lat -s 8 -n 10000
-for s in 4096 65536 1048576; do
-    one gv_write_bw -s $s -q 264 -t 512 -n "$(its $s 264)" --reps 3 --peer-gpu 1
-done
-for s in 65536 1048576; do
-    one gv_read_bw -s $s -q 264 -t 512 -n "$(its $s 264)" --reps 3 --peer-gpu 1
-    one gv_send_bw -s $s -q 64 -t 256 -n "$(its $s 64)" --reps 3 --peer-gpu 1
-done
-one gv_write_bw -s 8 -q 264 -t 64 -n 4096 --reps 3 --peer-gpu 1
-for s in 8 64 1024; do
-    one gv_write_lat -s $s -n 10000 --peer-gpu 1
-done
+one gv_write_bw -s 1048576 -q 264 -t 512 -n "$(its 1048576 264)" --reps 3 --peer-gpu 1
+one gv_read_bw -s 1048576 -q 264 -t 512 -n "$(its 1048576 264)" --reps 3 --peer-gpu 1
+one gv_send_bw -s 1048576 -q 64 -t 256 -n "$(its 1048576 64)" --reps 3 --peer-gpu 1
+one gv_write_lat -s 8 -n 10000 --peer-gpu 1
 # Two processes, one GPU each.
 pair gv_write_bw -s 1048576 -q 264 -t 512 -n "$(its 1048576 264)" --reps 3
 pair gv_read_bw -s 1048576 -q 264 -t 512 -n "$(its 1048576 264)" --reps 3
 pair gv_send_bw -s 1048576 -q 64 -t 256 -n "$(its 1048576 64)" --reps 3
 pair gv_write_lat -s 8 -n 10000
+# Other sizes, loopback.
+for s in 4096 65536; do
+    one gv_write_bw -s $s -q 264 -t 512 -n "$(its $s 264)" --reps 3 --peer-gpu 1
+done
+one gv_read_bw -s 65536 -q 264 -t 512 -n "$(its 65536 264)" --reps 3 --peer-gpu 1
+one gv_send_bw -s 65536 -q 64 -t 256 -n "$(its 65536 64)" --reps 3 --peer-gpu 1
+for s in 64 1024; do
+    one gv_write_lat -s $s -n 10000 --peer-gpu 1
+done
 
 echo "two-gpu: $n cases, $failed failed; results: $JL ($(wc -l < "$JL")), $JP ($(wc -l < "$JP")); logs in $LOGS"
 (( failed == 0 ))

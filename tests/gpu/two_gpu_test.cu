@@ -361,7 +361,7 @@ void run_ordering(uint32_t threads, uint32_t rounds) {
 // byte of round r that GPU 0's executor stored into GPU 1's memory is there.
 TEST(TwoGpu, RcOrderingAsThePollerOnTheOtherGpuSeesIt) {
     SKIP_WITHOUT_TWO_GPUS();
-    run_ordering<Scope::Block>(257, 300);
+    run_ordering<Scope::Block>(129, 300);  // 129 WQEs a round: within the default 256-entry SQ
 }
 TEST(TwoGpu, RcOrderingRacingThreadCommits) {
     SKIP_WITHOUT_TWO_GPUS();
