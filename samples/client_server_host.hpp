@@ -61,6 +61,7 @@ struct Args {
     uint32_t rounds = 10;
     int timeout_ms = oob::kDefaultTimeoutMs;
     int delay_ms = 0;
+    bool no_mps = false;  // --no-mps: each process on its own GPU, MPS not needed
 };
 
 std::string usage() {
@@ -80,7 +81,10 @@ std::string usage() {
         "                   address of this host)\n"
         "  --device NAME    RDMA device: soft (the software device, default), mlx5, mlx5_N, verbs\n"
         "  --gpu N          GPU whose kernels drive the data path (default 0 when the machine has\n"
-        "                   one); -1: CPU threads\n"
+        "                   one); -1: CPU threads. The two processes may use two GPUs of this\n"
+        "                   host (--gpu 0 and --gpu 1) joined by NVLink or PCIe peer-to-peer\n"
+        "  --no-mps         do not start the MPS daemon (not needed when each process has its own\n"
+        "                   GPU; two processes on one GPU need it to run their kernels at once)\n"
         "  --size BYTES     buffer size, K or M suffix allowed (default 64K, at most 256M)\n"
         "  --rounds N       rounds (default 10)\n"
         "  --timeout-ms MS  bound of every wait, also of each client's handshake (default %d)\n"
@@ -105,6 +109,7 @@ void parse(gvcli::Args& args, Args& a) {
                 throw gvcli::UsageError("--device " + a.device + ": expected soft, mlx5, mlx5_N or verbs");
         }
         else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 1023));
+        else if (args.is("--no-mps")) a.no_mps = true;
         else if (args.is("--size")) a.size = uint64_t(args.integer(1, kMaxSize, true));
         else if (args.is("--rounds")) a.rounds = uint32_t(args.integer(1, kMaxRounds));
         else if (args.is("--timeout-ms")) a.timeout_ms = int(args.integer(1, 3600000));
@@ -137,8 +142,11 @@ int choose_gpu(const Args& a) {
     if (gpu == -1) return -1;
     if (!no_gpu.empty()) throw NotSupported(format("--gpu %d: %s; use --gpu -1 (CPU threads)", gpu, no_gpu.c_str()));
     // Kernels of two processes on one GPU need MPS to run at the same time.
-    std::string note = mps::ensure(true);
-    if (!note.empty()) std::fprintf(stderr, "[%s] warning: %s\n", g_role, note.c_str());
+    // Not with --no-mps: processes on two GPUs each have a GPU of their own.
+    if (!a.no_mps) {
+        std::string note = mps::ensure(true);
+        if (!note.empty()) std::fprintf(stderr, "[%s] warning: %s\n", g_role, note.c_str());
+    }
     const int n = Context::gpu_count();
     if (a.gpu == -2) return n > 0 ? 0 : -1;
     if (gpu >= n) throw NotSupported(format("--gpu %d: %d CUDA GPU(s) visible; use --gpu -1 (CPU threads)", gpu, n));

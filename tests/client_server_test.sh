@@ -8,6 +8,9 @@
 #                  successful"; twice, with the default size and with an odd one
 #   gpu            the same with --gpu 0 on both sides; exit 77 (a skip) when the sample says
 #                  the GPU does not exist; stops the MPS daemon afterwards if the run started it
+#   two-gpu        the server with --gpu 0, the client with --gpu 1 (QPs across two GPUs of
+#                  this host), both with --no-mps and off any running MPS daemon (one process
+#                  per GPU needs none); exit 77 (a skip), saying why, with fewer than two GPUs
 #   no-server      a client with nobody listening exits non-zero within its --timeout-ms,
 #                  naming host:port, and says once what it waits for
 #   bad-clients    the server survives, one after the other, a client that connects and
@@ -71,8 +74,16 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 start() {
     local name=$1
     shift
-    start_cmd "$name" "$bin" "$@"
+    local extra=()
+    case "$name" in
+        server*) extra=("${server_extra[@]}") ;;
+        client*) extra=("${client_extra[@]}") ;;
+    esac
+    start_cmd "$name" "$bin" "$@" "${extra[@]}"
 }
+# Arguments only the server, or only the client, of `pair` gets (the two-gpu case).
+server_extra=()
+client_extra=()
 
 # start_cmd NAME COMMAND...: start with a whole command line (one that execs the sample,
 # like `ip netns exec NS BINARY ...`, so the pid is the sample's).
@@ -359,6 +370,21 @@ case "$case_name" in
         fi
         [ $rc = 0 ] && show
         exit $rc
+        ;;
+    two-gpu)
+        ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+        if [ "${ngpu:-0}" -lt 2 ]; then
+            echo "SKIP: the two-gpu case needs two GPUs of one host (nvidia-smi lists ${ngpu:-0})"
+            exit 77
+        fi
+        # An empty control directory: no daemon there, so both are plain CUDA processes.
+        mkdir -p "$tmp/no-mps"
+        export CUDA_MPS_PIPE_DIRECTORY="$tmp/no-mps"
+        server_extra=(--gpu 0)
+        client_extra=(--gpu 1)
+        pair 1 120 --no-mps --timeout-ms 30000
+        pair 2 120 --no-mps --size 1M --rounds 3 --timeout-ms 30000
+        show
         ;;
     no-server)
         # Port 1 (tcpmux): nothing listens there on any machine we run on.

@@ -58,15 +58,30 @@ namespace {
 
 int run_loopback(Opts& o) {
     gvbench::require_gpu();
+    check_gpus(o);
     const int op = op_index(o.op);
+    const bool xgpu = o.peer_gpu >= 0;
+    CUDA_CHECK(cudaSetDevice(o.gpu));
     Context ctx(context_for(o));
     if (ctx.backend() != Backend::Soft) std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
+    // --peer-gpu: the responder QPs (odd ones) and the target buffers belong to a context of
+    // the peer's GPU; the requesters' executor moves bytes into that GPU's memory.
+    std::optional<Context> pctx;
+    std::optional<ProtectionDomain> ppd;
+    if (xgpu) {
+        Opts po = o;
+        po.gpu = o.peer_gpu;
+        pctx.emplace(context_for(po));
+        ppd.emplace(*pctx);
+    }
     const uint32_t nq = o.lat ? 1 : o.qps;
     MemoryKind qmem = o.gpu_init ? MemoryKind::Device : MemoryKind::Host;
     std::vector<std::unique_ptr<CompletionQueue>> cqs;
     std::vector<std::unique_ptr<QueuePair>> qps;
-    for (uint32_t q = 0; q < 2 * nq; ++q) add_qp(ctx, pd, o, qmem, cqs, qps);
+    for (uint32_t q = 0; q < 2 * nq; ++q)
+        if (xgpu && (q & 1)) add_qp(*pctx, *ppd, o, qmem, cqs, qps);
+        else add_qp(ctx, pd, o, qmem, cqs, qps);
     for (uint32_t q = 0; q < nq; ++q) {
         qps[2 * q]->connect(qps[2 * q + 1]->endpoint());
         qps[2 * q + 1]->connect(qps[2 * q]->endpoint());
@@ -75,11 +90,14 @@ int run_loopback(Opts& o) {
     uint64_t total = slice * nq;
     // Declared before the regions over them: the regions go first.
     const Mem bmem = o.host_mem ? Mem::HostMapped : Mem::Device;
-    Buffer<uint8_t> src_buf(total, bmem), dst_buf(total, bmem);
+    Buffer<uint8_t> src_buf(total, bmem);
+    if (xgpu) CUDA_CHECK(cudaSetDevice(o.peer_gpu));
+    Buffer<uint8_t> dst_buf(total, bmem);
     uint8_t *src = src_buf.get(), *dst = dst_buf.get();
-    CUDA_CHECK(cudaMemset(src, 0x5a, total));
     CUDA_CHECK(cudaMemset(dst, 0, total));
-    MemoryRegion ms(pd, src, total, kAllAccess), md(pd, dst, total, kAllAccess);
+    CUDA_CHECK(cudaSetDevice(o.gpu));
+    CUDA_CHECK(cudaMemset(src, 0x5a, total));
+    MemoryRegion ms(pd, src, total, kAllAccess), md(xgpu ? *ppd : pd, dst, total, kAllAccess);
     std::vector<Job> jobs(nq);
     for (uint32_t q = 0; q < nq; ++q)
         jobs[q] = Job{qps[2 * q]->device_handle(), qps[2 * q + 1]->device_handle(), src + q * slice,
@@ -88,7 +106,27 @@ int run_loopback(Opts& o) {
     CUDA_CHECK(cudaMemcpy(d_jobs.get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
     Buffer<Failure> d_fail(1);
     CUDA_CHECK(cudaMemset(d_fail.get(), 0, sizeof(Failure)));
-    const std::string gpu = gvbench::gpu_name();
+    // --peer-gpu: what runs on the peer's GPU (the latency responder, send_bw's receivers) has
+    // its own job list and failure record there.
+    std::optional<Buffer<Job>> p_jobs;
+    std::optional<Buffer<Failure>> p_fail;
+    if (xgpu) {
+        CUDA_CHECK(cudaSetDevice(o.peer_gpu));
+        p_jobs.emplace(jobs.size());
+        p_fail.emplace(1);
+        CUDA_CHECK(cudaMemcpy(p_jobs->get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(p_fail->get(), 0, sizeof(Failure)));
+        CUDA_CHECK(cudaSetDevice(o.gpu));
+    }
+    auto check_peer = [&](const char* who, uint32_t size, const std::string& run) {
+        if (!xgpu) return;
+        CUDA_CHECK(cudaSetDevice(o.peer_gpu));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const Failure f = gvbench::read_failure(p_fail->get());
+        CUDA_CHECK(cudaSetDevice(o.gpu));
+        if (f.count) throw Error(failure_text(o, who, size, run, f, qps));
+    };
+    const std::string gpu = gvbench::gpu_name(o.gpu) + peer_where(o);
 
     if (o.lat) {
         print_lat_header(o, gpu.c_str(), "");
@@ -100,9 +138,19 @@ int run_loopback(Opts& o) {
             Job b{qps[1]->device_handle(), {}, dst, src, md.lkey(), ms.rkey(), 0, slice};
             CUDA_CHECK(cudaMemset(src, 0, slice));
             CUDA_CHECK(cudaMemset(dst, 0, slice));
-            lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get());
+            if (xgpu) {
+                // The responder on the peer's GPU, the initiator on ours: each polls its own memory.
+                CUDA_CHECK(cudaSetDevice(o.peer_gpu));
+                lat_kernel<1><<<1, 32>>>(b, b, size, o.iters, nullptr, p_fail->get());
+                CUDA_CHECK(cudaGetLastError());
+                CUDA_CHECK(cudaSetDevice(o.gpu));
+                lat_kernel<0><<<1, 32>>>(a, a, size, o.iters, d_st.get(), d_fail.get());
+            } else {
+                lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get());
+            }
             CUDA_CHECK(cudaGetLastError());
             CUDA_CHECK(cudaDeviceSynchronize());
+            check_peer("the ping-pong responder", size, "");
             const Failure f = gvbench::read_failure(d_fail.get());
             if (f.count) throw Error(failure_text(o, "the ping-pong kernel", size, "", f, qps));
             std::vector<unsigned long long> st(o.iters);
@@ -119,10 +167,17 @@ int run_loopback(Opts& o) {
                 float ms = 0;
                 if (o.gpu_init) {
                     Event e0, e1;
+                    if (xgpu && op == 2) {
+                        // send_bw's receivers on the peer's GPU (every block receives), started first.
+                        CUDA_CHECK(cudaSetDevice(o.peer_gpu));
+                        bw_kernel<false><<<nq, o.threads>>>(p_jobs->get(), 0, op, size, o.iters, p_fail->get());
+                        CUDA_CHECK(cudaGetLastError());
+                        CUDA_CHECK(cudaSetDevice(o.gpu));
+                    }
                     // Between the two records nothing but the launch: their results are checked after.
                     const cudaError_t rec0 = cudaEventRecord(e0);
-                    bw_kernel<false><<<op == 2 ? 2 * nq : nq, o.threads>>>(d_jobs.get(), nq, op, size,
-                                                                           o.iters, d_fail.get());
+                    bw_kernel<false><<<op == 2 && !xgpu ? 2 * nq : nq, o.threads>>>(d_jobs.get(), nq, op, size,
+                                                                                    o.iters, d_fail.get());
                     const cudaError_t rec1 = cudaEventRecord(e1);
                     CUDA_CHECK(rec0);
                     CUDA_CHECK(rec1);
@@ -132,6 +187,7 @@ int run_loopback(Opts& o) {
                     const Failure f = gvbench::read_failure(d_fail.get());
                     if (f.count)
                         throw Error(failure_text(o, "the benchmark kernel", size, run_label(o, r), f, qps));
+                    check_peer("the receivers' kernel", size, run_label(o, r));
                 } else {
                     Failure f{};
                     std::vector<std::thread> th;
@@ -164,14 +220,18 @@ namespace {
 
 // Two-process mode: what it needs is checked before listening or connecting, so a machine
 // that cannot run it says so at once instead of after a client or a server came.
-void check_two_process(const std::string& prog) {
+void check_two_process(const std::string& prog, const Opts& o) {
     const std::string no_gpu = gvcli::no_gpu_reason();
     if (!no_gpu.empty()) throw NotSupported(no_gpu + ": the benchmarks need a CUDA GPU");
     // Two processes whose kernels wait for each other on one GPU need MPS (without it the GPU
     // time-slices between them); this must come before the process's first CUDA call.
-    const std::string why = mps::ensure(true);
-    if (!why.empty()) std::fprintf(stderr, "%s: warning: %s\n", prog.c_str(), why.c_str());
+    // One process per GPU (--no-mps) needs no MPS: each GPU runs one process's context.
+    if (!o.no_mps) {
+        const std::string why = mps::ensure(true);
+        if (!why.empty()) std::fprintf(stderr, "%s: warning: %s\n", prog.c_str(), why.c_str());
+    }
     gvbench::require_gpu();
+    check_gpus(o);
     if (gvbench::boot_id().empty())
         throw SystemError("cannot read /proc/sys/kernel/random/boot_id, which tells two processes of one host "
                           "apart from two hosts",
@@ -227,11 +287,18 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("--port")) o.port = uint16_t(num(0, 65535));
         else if (args.is("--timeout")) o.timeout_ms = int(num(1, 3600)) * 1000;
         else if (args.is("--device")) o.device = args.value();
+        else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
+        else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
+        else if (args.is("--no-mps")) o.no_mps = true;
         else if (!args.is_option()) client_of(args.arg());
         else args.unknown();
     }
     if (o.lat && o.sizes.size() == 1 && o.sizes[0] == 65536) o.sizes = {8};
     if (o.mode == Mode::Client && o.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
+    if (o.peer_gpu >= 0 && o.peer_gpu == o.gpu)
+        throw gvcli::UsageError("--peer-gpu " + std::to_string(o.peer_gpu) + " is this process's GPU (--gpu)");
+    if (o.peer_gpu >= 0 && (o.host_mem || !o.gpu_init || (!o.device.empty() && o.device != "soft")))
+        throw gvcli::UsageError("--peer-gpu: GPU-initiated runs of the software device on device memory only");
     if (o.mode == Mode::Loopback) {
         if (!o.gpu_init && (op_index(o.op) == 2 || o.lat))
             throw gvcli::UsageError("--initiator cpu: supported by write_bw and read_bw only");
@@ -242,7 +309,9 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
                                 "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
     if (o.host_mem) throw gvcli::UsageError("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
     if (!o.gpu_init) throw gvcli::UsageError("--initiator cpu: two-process mode is GPU-initiated only");
-    check_two_process(prog);
+    if (o.mode == Mode::Server && o.peer_gpu >= 0)
+        throw gvcli::UsageError("--peer-gpu is the client's (the server's GPU is its --gpu)");
+    check_two_process(prog, o);
     return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
 }
 

@@ -27,6 +27,9 @@ struct Opts {
     std::string device;  // --device: "" or "soft" the software device, else a ConnectX (mlx5)
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
+    int gpu = 0;          // --gpu: this process's GPU (its context, its buffers, its kernels)
+    int peer_gpu = -1;    // --peer-gpu: the responder's GPU (loopback), the server's (client); -1: ours
+    bool no_mps = false;  // --no-mps: do not start the MPS daemon (one process per GPU)
 };
 
 std::string usage(const std::string& me) {
@@ -49,6 +52,13 @@ std::string usage(const std::string& me) {
         "      --mem device|host    where the buffers live (default device; host: loopback only)\n"
         "      --device NAME     soft (the software device, default) or a ConnectX such as mlx5_0\n"
         "                        (the mlx5 backend: loopback between two QPs of that NIC)\n"
+        "      --gpu N           this process's GPU (default 0)\n"
+        "      --peer-gpu N      the peer's GPU: in loopback the responder QPs, their context and the\n"
+        "                        target buffers are on GPU N (peer access over NVLink / PCIe); as a\n"
+        "                        client, the GPU the server runs on (--gpu N there). Adds the same-run\n"
+        "                        cudaMemcpyPeer ceiling between the two GPUs to every row\n"
+        "      --no-mps          two processes: do not start the MPS daemon (not needed when each\n"
+        "                        process has its own GPU; needed when both share one)\n"
         "      --reps N          repetitions, 1 .. 100 (peak = best, average = mean; default 3)\n"
         "  -D, --duration SECS   scale the iterations so each repetition lasts about SECS\n"
         "      --report_gbits    report Gb/s instead of GB/s\n"
@@ -71,7 +81,7 @@ std::string usage(const std::string& me) {
 /// ConnectX (GPU 0 drives its queues).
 inline ContextOptions context_for(const Opts& o) {
     ContextOptions c;
-    c.gpu = 0;
+    c.gpu = o.gpu;
     if (o.device.empty() || o.device == "soft") {
         c.backend = Backend::Soft;
     } else {
@@ -303,6 +313,70 @@ double memcpy_ceiling(size_t bytes) {
     return bytes / (best / 1e3) / 1e9;
 }
 
+// Bytes per second of a cudaMemcpyPeer of `bytes` from GPU `from` to GPU `to`, best of five,
+// with peer access enabled both ways (as the software device runs; without it CUDA stages the
+// copy through host memory): the ceiling of a peer-GPU run. Timed on `from`'s stream.
+double memcpy_peer_ceiling(int from, int to, size_t bytes) {
+    for (auto [a, b] : {std::pair<int, int>{from, to}, std::pair<int, int>{to, from}}) {
+        CUDA_CHECK(cudaSetDevice(a));
+        const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+        else CUDA_CHECK(e);
+    }
+    CUDA_CHECK(cudaSetDevice(to));
+    Buffer<uint8_t> dst(bytes);
+    CUDA_CHECK(cudaSetDevice(from));
+    Buffer<uint8_t> src(bytes);
+    Event e0, e1;
+    CUDA_CHECK(cudaMemcpyPeer(dst.get(), to, src.get(), from, bytes));
+    float best = 1e30f;
+    for (int r = 0; r < 5; ++r) {
+        const cudaError_t rec0 = cudaEventRecord(e0);
+        const cudaError_t copy = cudaMemcpyPeerAsync(dst.get(), to, src.get(), from, bytes, 0);
+        const cudaError_t rec1 = cudaEventRecord(e1);
+        CUDA_CHECK(rec0);
+        CUDA_CHECK(copy);
+        CUDA_CHECK(rec1);
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        best = std::min(best, gvbench::elapsed_ms(e0, e1));
+    }
+    return bytes / (best / 1e3) / 1e9;
+}
+
+// --gpu and --peer-gpu name visible GPUs, and the two have peer access (else the software
+// device refuses to connect them; say so before anything is set up).
+void check_gpus(const Opts& o) {
+    const int n = Context::gpu_count();
+    const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::string hint = vis ? std::string(" (CUDA_VISIBLE_DEVICES=") + vis + ")" : "";
+    for (auto [name, g] : {std::pair<const char*, int>{"--gpu", o.gpu}, {"--peer-gpu", o.peer_gpu}})
+        if (g >= n)
+            throw NotSupported(std::string(name) + " " + std::to_string(g) + ": " + std::to_string(n) +
+                               " CUDA GPU(s) visible" + hint);
+    if (o.peer_gpu < 0) return;
+    int a = 0;
+    CUDA_CHECK(cudaDeviceCanAccessPeer(&a, o.gpu, o.peer_gpu));
+    if (!a)
+        throw NotSupported("GPU " + std::to_string(o.gpu) + " cannot reach the memory of GPU " +
+                           std::to_string(o.peer_gpu) + " (cudaDeviceCanAccessPeer = 0): no peer-to-peer path");
+}
+
+// ", GPU 0 -> GPU 1 (peer)" for the headers of peer-GPU runs.
+std::string peer_where(const Opts& o) {
+    if (o.peer_gpu < 0) return "";
+    return ", GPU " + std::to_string(o.gpu) + " -> GPU " + std::to_string(o.peer_gpu) + " (" +
+           gvbench::gpu_name(o.peer_gpu) + ")";
+}
+
+// The direction bytes move in a run of `op` between this GPU and the peer's: READ moves them
+// from the peer to us.
+double peer_ceiling(const Opts& o, size_t bytes) {
+    const bool read = o.op == "read";
+    const double c = memcpy_peer_ceiling(read ? o.peer_gpu : o.gpu, read ? o.gpu : o.peer_gpu, bytes);
+    CUDA_CHECK(cudaSetDevice(o.gpu));
+    return c;
+}
+
 // ---- both modes: setup and output --------------------------------------------------------------
 
 const char* const kOps[] = {"write", "read", "send"};
@@ -367,6 +441,14 @@ void print_lat_header(const Opts& o, const char* gpu, const std::string& where) 
             "#iterations", "t_min[us]", "t_max[us]", "t_typical", "t_avg[us]", "t_stdev", "99%", "99.9%");
 }
 
+// Latency rows of a peer-GPU run carry the same-run cudaMemcpyPeer ceiling (1 MiB) too.
+std::string ceiling_field(const Opts& o) {
+    if (o.peer_gpu < 0) return "";
+    char b[64];
+    std::snprintf(b, sizeof b, ",\"memcpy_peer_GBps\":%.1f", peer_ceiling(o, 1u << 20));
+    return b;
+}
+
 // st: the round trip of every iteration, in ns.
 void print_lat_row(const Opts& o, uint32_t size, const std::vector<unsigned long long>& st) {
     // One-way latency = round trip / 2, as perftest reports; skip warm-up.
@@ -381,10 +463,11 @@ void print_lat_row(const Opts& o, uint32_t size, const std::vector<unsigned long
     auto pct = [&](double p) { return us[std::min<size_t>(us.size() - 1, size_t(p * us.size()))]; };
     if (o.json)
         std::printf(
-            "{\"bench\":\"%s_lat\",\"mode\":\"%s\",\"bytes\":%u,\"iterations\":%zu,\"t_min\":%.3f,"
-            "\"t_max\":%.3f,\"t_typical\":%.3f,\"t_avg\":%.3f,\"t_stdev\":%.3f,\"p99\":%.3f,\"p999\":%.3f}\n",
-            o.op.c_str(), mode_name(o), size, us.size(), us.front(), us.back(), pct(0.5), avg, sd, pct(0.99),
-            pct(0.999));
+            "{\"bench\":\"%s_lat\",\"mode\":\"%s\",\"gpu\":%d,\"peer_gpu\":%d,\"bytes\":%u,\"iterations\":%zu,"
+            "\"t_min\":%.3f,\"t_max\":%.3f,\"t_typical\":%.3f,\"t_avg\":%.3f,\"t_stdev\":%.3f,\"p99\":%.3f,"
+            "\"p999\":%.3f%s}\n",
+            o.op.c_str(), mode_name(o), o.gpu, o.peer_gpu, size, us.size(), us.front(), us.back(), pct(0.5), avg,
+            sd, pct(0.99), pct(0.999), ceiling_field(o).c_str());
     else
         std::printf("%10u %12zu %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", size, us.size(),
                     us.front(), us.back(), pct(0.5), avg, sd, pct(0.99), pct(0.999));
@@ -409,16 +492,19 @@ void print_bw_row(const Opts& o, uint32_t nq, uint32_t size, const std::vector<d
     double mean = 0;
     for (double s : secs) mean += s;
     mean /= secs.size();
-    double ceil = o.host_mem ? 0 : memcpy_ceiling(size_t(std::min<double>(bytes, 4e9)));
+    // Peer-GPU runs: the cudaMemcpyPeer ceiling between the two GPUs, in the data's direction.
+    const size_t cbytes = size_t(std::min<double>(bytes, 4e9));
+    double ceil = o.host_mem ? 0 : o.peer_gpu >= 0 ? peer_ceiling(o, cbytes) : memcpy_ceiling(cbytes);
     double peak = bytes / best / 1e9, avg = bytes / mean / 1e9;
     double mpps = double(o.iters) * nq / mean / 1e6;
     if (o.json)
         std::printf(
             "{\"bench\":\"%s_bw\",\"mode\":\"%s\",\"initiator\":\"%s\",\"mem\":\"%s\",\"qps\":%u,"
             "\"threads\":%u,\"bytes\":%u,\"iterations\":%u,\"bw_peak_GBps\":%.3f,\"bw_avg_GBps\":%.3f,"
-            "\"msg_rate_Mpps\":%.3f,\"memcpy_GBps\":%.1f}\n",
+            "\"msg_rate_Mpps\":%.3f,\"gpu\":%d,\"peer_gpu\":%d,\"%s\":%.1f}\n",
             o.op.c_str(), mode_name(o), o.gpu_init ? "gpu" : "cpu", o.host_mem ? "host" : "device", nq,
-            o.threads, size, o.iters, peak, avg, mpps, ceil);
+            o.threads, size, o.iters, peak, avg, mpps, o.gpu, o.peer_gpu,
+            o.peer_gpu >= 0 ? "memcpy_peer_GBps" : "memcpy_GBps", ceil);
     else
         std::printf("%10u %12u %14.2f %14.2f %14.2f %14.1f %9.1f%%\n", size, o.iters, peak * scale,
                     avg * scale, mpps, ceil, ceil > 0 ? 100.0 * avg / ceil : 0.0);

@@ -72,7 +72,8 @@ void size_arena(const Opts& o, uint32_t nq, uint64_t shared_bytes) {
 void setup_side(Side& s, const Opts& o, uint32_t nq, uint64_t shared_bytes, uint64_t priv_bytes) {
     size_arena(o, nq, shared_bytes);
     gvbench::require_gpu();
-    s.ctx.emplace(ContextOptions{Backend::Soft, 0});
+    CUDA_CHECK(cudaSetDevice(o.gpu));
+    s.ctx.emplace(ContextOptions{Backend::Soft, o.gpu});
     s.pd.emplace(*s.ctx);
     for (uint32_t q = 0; q < nq; ++q) add_qp(*s.ctx, *s.pd, o, MemoryKind::Device, s.cqs, s.qps);
     if (shared_bytes) {
@@ -242,7 +243,7 @@ void client_bw(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& target
                       slice};
     s.d_jobs = Buffer<Job>(jobs.size());
     CUDA_CHECK(cudaMemcpy(s.d_jobs.get(), jobs.data(), jobs.size() * sizeof(Job), cudaMemcpyHostToDevice));
-    print_bw_header(o, gvbench::gpu_name().c_str(), nq, where);
+    print_bw_header(o, (gvbench::gpu_name(o.gpu) + peer_where(o)).c_str(), nq, where);
     for (uint32_t size : o.sizes) {
         if (size > slice) continue;
         std::vector<double> secs;
@@ -281,7 +282,7 @@ void client_lat(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& targe
            target.rkey,
            0,
            slice};
-    print_lat_header(o, gvbench::gpu_name().c_str(), where);
+    print_lat_header(o, (gvbench::gpu_name(o.gpu) + peer_where(o)).c_str(), where);
     s.d_st = Buffer<unsigned long long>(o.iters);
     for (uint32_t size : o.sizes) {
         size = std::max<uint32_t>(8, size & ~7u);

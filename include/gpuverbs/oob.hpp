@@ -60,10 +60,12 @@ uint32_t crc32(const uint8_t* data, size_t size);
 ///   u32 qpn (< 2^24), u32 psn (< 2^24), u32 path MTU (256, 512, 1024, 2048 or 4096),
 ///   u16 lid, u16 reserved (0), u8 gid[16],
 ///   the backend-specific bytes (QpEndpoint::extra), checked by the rules of the backend:
-///     soft: none, or a 32-byte locator of a QP in another process (u32 pid, 1..4194304;
+///     soft: none, or a locator of a QP in another process (u32 pid, 1..4194304;
 ///     u32 arena fd (< 2^31), u64 arena base, u64 arena size (0: no arena, then fd, base and
 ///     QP context are 0; else base and size page-aligned, the range below 2^57), u64 QP
-///     context address (8-aligned, inside the arena)); mlx5, verbs: none,
+///     context address (8-aligned, inside the arena)), followed in this version by the 16-byte
+///     UUID of the device's GPU (zero: CPU threads; 48 bytes in all, docs/two-gpus.md; the
+///     32-byte form is still read, as a peer without a GPU identity); mlx5, verbs: none,
 ///   device name bytes (printable ASCII, no terminator).
 struct QpRecord {
     QpEndpoint endpoint;

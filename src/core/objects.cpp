@@ -307,9 +307,14 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     GV_REQUIRE(peer.backend == me.backend, std::string("cannot connect a ") + backend_name(me.backend) +
                                                " QP to a " + backend_name(peer.backend) + " QP");
     // A software device reaches only QPs of the same device (of this process or, through its
-    // arena, of another); a NIC's peer is on another device, usually of another host.
-    if (me.backend == Backend::Soft)
-        GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    // arena, of another), except that its GPU devices ("soft-gpu0", "soft-gpu1") connect across
+    // GPUs of one host: the endpoint's locator says which GPU, and the backend decides. A NIC's
+    // peer is on another device, usually of another host.
+    if (me.backend == Backend::Soft) {
+        auto soft_gpu = [](const std::string& d) { return d.rfind("soft-gpu", 0) == 0; };
+        const bool same = peer.device == me.device || (soft_gpu(me.device) && soft_gpu(peer.device));
+        GV_REQUIRE(same, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    }
     if (state() == QpState::Reset) to_init(init);
     rtr.remote_qpn = peer.qpn;
     rtr.rq_psn = peer.psn;

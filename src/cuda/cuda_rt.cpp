@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -10,6 +11,7 @@
 #include "gpuverbs/errors.hpp"
 
 #if GV_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -45,6 +47,92 @@ int device_count() {
 void set_device(int gpu) {
     touch();
     GV_CUDA(cudaSetDevice(gpu));
+}
+
+namespace {
+/// True when the calling thread has a current CUDA context (cuCtxGetCurrent, looked up through
+/// the runtime so the library does not link libcuda). Unknown (no entry point): true.
+bool thread_has_context() {
+    using Fn = CUresult (*)(CUcontext*);
+    static Fn fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = nullptr;
+        }
+        return reinterpret_cast<Fn>(p);
+    }();
+    if (!fn) return true;
+    CUcontext c = nullptr;
+    return fn(&c) == CUDA_SUCCESS && c != nullptr;
+}
+}  // namespace
+
+DeviceGuard::DeviceGuard(int gpu) {
+    if (gpu < 0) return;
+    touch();
+    int cur = -1;
+    const bool had = thread_has_context();
+    if (cudaGetDevice(&cur) != cudaSuccess) {
+        cudaGetLastError();
+        cur = -1;
+    }
+    if (cur == gpu) return;
+    GV_CUDA(cudaSetDevice(gpu));
+    if (had && cur >= 0) prev_ = cur;
+}
+DeviceGuard::~DeviceGuard() {
+    if (prev_ >= 0 && cudaSetDevice(prev_) != cudaSuccess) cudaGetLastError();
+}
+
+void device_uuid(int gpu, uint8_t out[16]) {
+    touch();
+    cudaDeviceProp p{};
+    GV_CUDA(cudaGetDeviceProperties(&p, gpu));
+    std::memcpy(out, p.uuid.bytes, 16);
+}
+int device_of_uuid(const uint8_t uuid[16]) {
+    const int n = device_count();
+    for (int g = 0; g < n; ++g) {
+        uint8_t u[16];
+        device_uuid(g, u);
+        if (std::memcmp(u, uuid, 16) == 0) return g;
+    }
+    return -1;
+}
+std::string pci_bus_id(int gpu) {
+    touch();
+    char b[32] = {};
+    if (cudaDeviceGetPCIBusId(b, sizeof b, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        return "";
+    }
+    return b;
+}
+int can_access_peer(int gpu, int peer) {
+    touch();
+    // Tests on a host whose GPUs do have peer access make them look as if they had none, so the
+    // refusals are exercised end to end there too (tests/gpu/two_gpu_test.cu).
+    if (const char* t = std::getenv("GV_TEST_NO_PEER_ACCESS"); t && *t && *t != '0') return 0;
+    int v = 0;
+    if (cudaDeviceCanAccessPeer(&v, gpu, peer) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return v;
+}
+void enable_peer_access(int gpu, int peer) {
+    DeviceGuard g(gpu);
+    const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+        return;
+    }
+    if (e != cudaSuccess) throw_cuda(("cudaDeviceEnablePeerAccess(" + std::to_string(peer) + ") on GPU " +
+                                      std::to_string(gpu)).c_str(),
+                                     int(e), __FILE__, __LINE__);
 }
 
 void* dev_alloc(size_t bytes) {
@@ -158,6 +246,15 @@ void synchronize() {
 bool built() { return false; }
 int device_count() { return 0; }
 void set_device(int) { no_cuda(); }
+DeviceGuard::DeviceGuard(int gpu) {
+    if (gpu >= 0) no_cuda();
+}
+DeviceGuard::~DeviceGuard() {}
+void device_uuid(int, uint8_t*) { no_cuda(); }
+int device_of_uuid(const uint8_t*) { return -1; }
+std::string pci_bus_id(int) { return ""; }
+int can_access_peer(int, int) { return 0; }
+void enable_peer_access(int, int) { no_cuda(); }
 void* dev_alloc(size_t) { no_cuda(); }
 void dev_free(void*) {}
 void* host_alloc(size_t, void**) { no_cuda(); }
@@ -172,6 +269,7 @@ void* host_device_pointer(void*) { no_cuda(); }
 void synchronize() {}
 void* stream() { return nullptr; }
 DoorbellFn soft_doorbell_fn() { return nullptr; }
+DoorbellFn soft_doorbell_at_fn() { return nullptr; }
 
 #endif
 

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "gpuverbs/device/handles.hpp"
 
@@ -16,6 +18,35 @@ bool used();
 void touch();
 int device_count();
 void set_device(int gpu);
+
+/// Makes `gpu` the calling thread's current device for its lifetime, then restores the
+/// device the thread had, so the library never moves a multi-GPU application's current
+/// device. A thread that had no CUDA context yet keeps `gpu` (restoring "device 0" would
+/// create a context on GPU 0 in a process that only ever uses another GPU). gpu < 0: nothing.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int gpu);
+    ~DeviceGuard();
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+private:
+    int prev_ = -1;  ///< the device to restore, or -1
+};
+
+/// The 16-byte identity of GPU `gpu` (cudaDeviceProp::uuid): the same GPU has the same UUID
+/// in every process, whatever CUDA_VISIBLE_DEVICES renumbers.
+void device_uuid(int gpu, uint8_t out[16]);
+/// The ordinal, in this process, of the GPU with that UUID; -1 when no visible GPU has it
+/// (CUDA_VISIBLE_DEVICES hides it, or it is not on this host).
+int device_of_uuid(const uint8_t uuid[16]);
+/// "0000:19:00.0" (cudaDeviceGetPCIBusId), or "" when it cannot be asked.
+std::string pci_bus_id(int gpu);
+/// cudaDeviceCanAccessPeer(gpu, peer): 1 or 0.
+int can_access_peer(int gpu, int peer);
+/// cudaDeviceEnablePeerAccess(peer) with `gpu` current (already enabled: fine): kernels of
+/// `gpu` then reach cudaMalloc'd memory of `peer`. Throws CudaError with the reason.
+void enable_peer_access(int gpu, int peer);
 
 void* dev_alloc(size_t bytes);
 void dev_free(void* p);
@@ -57,9 +88,22 @@ VmmRange vmm_create(int gpu, size_t size, uint64_t (*pick)(void*), void* pick_ar
 void vmm_destroy(VmmRange& v);
 /// Maps process pid's allocation (its descriptor fd) at base in this process, for good.
 void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size);
+/// Grants read/write access to [base, base+size) (a mapped VMM range of this process) to every
+/// GPU in `gpus` (cuMemSetAccess with one descriptor per GPU; the peers reach the memory over
+/// NVLink or PCIe peer-to-peer). Never creates multicast objects (docs/two-gpus.md).
+void vmm_set_access(uint64_t base, uint64_t size, const std::vector<int>& gpus, const std::string& what);
 
-/// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu).
+/// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu) on the
+/// calling thread's current device; arg: the QP's soft::QpContext.
 using DoorbellFn = void (*)(void* qp_context, dev::HostDoorbell what);
 DoorbellFn soft_doorbell_fn();
+/// Where a QP's executor runs when CPU threads ring it: on its device's GPU, whatever the
+/// calling thread's current device is (two GPUs in one process).
+struct SoftDoorbellTarget {
+    void* qp_context;  ///< the QP's soft::QpContext
+    int gpu;           ///< the device's GPU
+};
+/// The same launch on target->gpu; arg: a SoftDoorbellTarget that lives as long as the QP.
+DoorbellFn soft_doorbell_at_fn();
 
 }  // namespace gv::detail::cuda

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
@@ -125,7 +126,7 @@ void map_rw(int gpu, CUmemGenericAllocationHandle h, CUdeviceptr base, size_t si
 }  // namespace
 
 size_t vmm_granularity(int gpu) {
-    set_device(gpu);
+    DeviceGuard guard(gpu);
     CUmemAllocationProp prop = prop_for(gpu);
     size_t g = 0;
     CUresult r = drv().granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -134,7 +135,7 @@ size_t vmm_granularity(int gpu) {
 }
 
 VmmRange vmm_create(int gpu, size_t size, uint64_t (*pick)(void*), void* pick_arg, int attempts) {
-    set_device(gpu);
+    DeviceGuard guard(gpu);
     const Driver& d = drv();
     const std::string what = "shared GPU arena of " + std::to_string(size >> 20) + " MiB on GPU " + std::to_string(gpu);
     CUmemAllocationProp prop = prop_for(gpu);
@@ -189,7 +190,7 @@ void vmm_destroy(VmmRange& v) {
 }
 
 void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size) {
-    set_device(gpu);
+    DeviceGuard guard(gpu);
     const Driver& d = drv();
     const std::string what = "importing the shared GPU arena of process " + std::to_string(pid) + " (" + hexs(base) +
                              ", " + std::to_string(size >> 20) + " MiB)";
@@ -227,6 +228,27 @@ void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size) {
     d.release(h);
 }
 
+void vmm_set_access(uint64_t base, uint64_t size, const std::vector<int>& gpus, const std::string& what) {
+    if (gpus.empty()) return;
+    touch();
+    std::vector<CUmemAccessDesc> acc(gpus.size());
+    for (size_t i = 0; i < gpus.size(); ++i) {
+        acc[i] = CUmemAccessDesc{};
+        acc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc[i].location.id = gpus[i];
+        acc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    // One descriptor per GPU, all at once: the range stays readable and writable by every GPU
+    // already listed. A GPU that cannot reach the memory's GPU (no peer-to-peer path) makes
+    // this fail; callers check cudaDeviceCanAccessPeer first to say so in words.
+    CUresult r = drv().setAccess(CUdeviceptr(base), size, acc.data(), acc.size());
+    if (r != CUDA_SUCCESS) {
+        std::string list;
+        for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
+        fail("cuMemSetAccess", r, what + " (granting GPUs " + list + ")");
+    }
+}
+
 #else  // no CUDA in this build
 
 size_t vmm_granularity(int) { throw NotSupported("gpuverbs was built without CUDA"); }
@@ -236,6 +258,9 @@ VmmRange vmm_create(int, size_t, uint64_t (*)(void*), void*, int) {
 void vmm_destroy(VmmRange&) {}
 void vmm_import(int, uint32_t, int, uint64_t base, uint64_t) {
     throw NotSupported("gpuverbs was built without CUDA: cannot import the GPU arena at " + hexs(base));
+}
+void vmm_set_access(uint64_t, uint64_t, const std::vector<int>&, const std::string&) {
+    throw NotSupported("gpuverbs was built without CUDA");
 }
 
 #endif

@@ -105,6 +105,7 @@ Arena::Arena(int gpu, size_t size) : gpu_(gpu), pid_(uint32_t(getpid())) {
     base_ = uintptr_t(v.base);
     fd_ = v.fd;
     vmm_handle_ = v.handle;
+    access_.push_back(gpu);
     cuda::memset_device(reinterpret_cast<void*>(base_), 0, kPage);
     write_header();
 }
@@ -114,11 +115,24 @@ void Arena::write_header() {
     h.base = base_;
     h.size = size_;
     h.pid = pid_;
-    h.version = 1;
+    h.version = kArenaVersion;
     h.magic = kArenaMagic;
     if (on_gpu()) cuda::copy_to_device(reinterpret_cast<void*>(base_), &h, sizeof h);
     else std::memcpy(reinterpret_cast<void*>(base_), &h, sizeof h);
     bump_ = kPage;  // the header's page
+}
+
+void Arena::grant(int gpu) {
+    if (!on_gpu() || gpu < 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int g : access_)
+        if (g == gpu) return;
+    std::vector<int> all = access_;
+    all.push_back(gpu);
+    cuda::vmm_set_access(base_, size_, all,
+                         "making the shared arena of GPU " + std::to_string(gpu_) + " reachable from GPU " +
+                             std::to_string(gpu));
+    access_ = all;
 }
 
 void Arena::zero(size_t off, size_t n) {
@@ -205,26 +219,43 @@ void Arena::free(void* p, size_t bytes) {
 namespace {
 
 /// Runs `map` (which maps and checks the arena, throwing with the reason) once per arena:
-/// imports are recorded by base address for the life of the process (see the header).
-template <class Map>
-void import_once(const std::string& what, uint32_t pid, uint64_t base, uint64_t size, Map map) {
+/// imports are recorded by base address for the life of the process (see the header). An
+/// arena imported before calls `again` instead (a GPU arena asked for by another GPU of this
+/// process: grant that GPU access too).
+struct Imported {
+    uint32_t pid;
+    uint64_t size;
+    std::vector<int> gpus;  ///< GPU arenas: the GPUs of this process that reach the mapping
+};
+template <class Map, class Again>
+void import_once(const std::string& what, uint32_t pid, uint64_t base, uint64_t size, Map map, Again again) {
     static std::mutex mu;
-    static std::map<uint64_t, std::pair<uint32_t, uint64_t>> imported;  // base -> pid, size
+    static std::map<uint64_t, Imported> imported;  // base -> owner, size, GPUs
     std::lock_guard<std::mutex> lock(mu);
     auto it = imported.find(base);
     if (it != imported.end()) {
-        if (it->second.first == pid && it->second.second == size) return;
+        if (it->second.pid == pid && it->second.size == size) {
+            again(it->second.gpus);
+            return;
+        }
         throw InvalidUsage("cannot import the " + what + ": that range already holds the arena of process " +
-                           std::to_string(it->second.first));
+                           std::to_string(it->second.pid));
     }
     if (base == 0 || (base & (Arena::kPage - 1)) || size < Arena::kPage || base + size < base)
         throw InvalidUsage("cannot import the " + what + ": not a page-aligned range");
-    map();
-    imported[base] = {pid, size};
+    Imported rec{pid, size, {}};
+    map(rec.gpus);
+    imported[base] = rec;
 }
 
 bool header_matches(const ArenaHeader& h, uint32_t pid, uint64_t base, uint64_t size) {
     return h.magic == kArenaMagic && h.base == base && h.size == size && h.pid == pid;
+}
+/// "" when the header's layout version is this build's, else why the peer is refused.
+std::string version_problem(const ArenaHeader& h) {
+    if (h.version == kArenaVersion) return "";
+    return ": its layout version is " + std::to_string(h.version) + ", this build's " + std::to_string(kArenaVersion) +
+           " (the peer runs another gpuverbs version: run the same build on both sides)";
 }
 const char* const kHeaderDisagrees = ": its header disagrees (not a gpuverbs arena, or the descriptor was reused)";
 
@@ -237,7 +268,7 @@ std::string describe(const char* kind, uint32_t pid, uint32_t fd, uint64_t base,
 
 void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
     const std::string what = describe("arena", pid, fd, base, size);
-    import_once(what, pid, base, size, [&] {
+    import_once(what, pid, base, size, [&](std::vector<int>&) {
         std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
         int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
         if (f < 0)
@@ -257,22 +288,41 @@ void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
             throw SystemError("cannot import the " + what + ": the range is " +
                                   (err == EEXIST ? std::string("already in use in this process") : "not mappable"),
                               err);
-        if (!header_matches(*static_cast<const ArenaHeader*>(p), pid, base, size)) {
+        const ArenaHeader& h = *static_cast<const ArenaHeader*>(p);
+        if (!header_matches(h, pid, base, size)) {
             munmap(p, size_t(size));
             throw InvalidUsage("cannot import the " + what + kHeaderDisagrees);
         }
-    });
+        const std::string v = version_problem(h);
+        if (!v.empty()) {
+            munmap(p, size_t(size));
+            throw InvalidUsage("cannot import the " + what + v);
+        }
+    }, [](std::vector<int>&) {});
 }
 
 void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size) {
     const std::string what = describe("GPU arena", pid, fd, base, size);
-    import_once(what, pid, base, size, [&] {
-        cuda::vmm_import(gpu, pid, int(fd), base, size);
-        ArenaHeader h{};
-        cuda::copy_from_device(&h, reinterpret_cast<const void*>(base), sizeof h);
-        // A mismatch leaves the range mapped (and so reserved) for the life of the process.
-        if (!header_matches(h, pid, base, size)) throw InvalidUsage("cannot import the " + what + kHeaderDisagrees);
-    });
+    import_once(
+        what, pid, base, size,
+        [&](std::vector<int>& gpus) {
+            cuda::vmm_import(gpu, pid, int(fd), base, size);
+            gpus.push_back(gpu);
+            ArenaHeader h{};
+            cuda::copy_from_device(&h, reinterpret_cast<const void*>(base), sizeof h);
+            // A mismatch leaves the range mapped (and so reserved) for the life of the process.
+            if (!header_matches(h, pid, base, size)) throw InvalidUsage("cannot import the " + what + kHeaderDisagrees);
+            const std::string v = version_problem(h);
+            if (!v.empty()) throw InvalidUsage("cannot import the " + what + v);
+        },
+        [&](std::vector<int>& gpus) {
+            for (int g : gpus)
+                if (g == gpu) return;
+            std::vector<int> all = gpus;
+            all.push_back(gpu);
+            cuda::vmm_set_access(base, size, all, what + ": granting GPU " + std::to_string(gpu));
+            gpus = all;
+        });
 }
 
 }  // namespace gv::detail

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace gv::detail {
 
@@ -22,8 +23,11 @@ struct ArenaHeader {
     uint64_t base;   ///< the address the owner mapped it at
     uint64_t size;
     uint32_t pid;    ///< owner process
+    /// kArenaVersion: the layout of what the arena holds (QpContext, CqState, MrEntry); a peer
+    /// of another layout is refused at import.
     uint32_t version;
 };
+inline constexpr uint32_t kArenaVersion = 2;  // 2: QpContext::xgpu, CqState::xgpu (two GPUs)
 inline constexpr uint64_t kArenaMagic = 0x414e455241564721ull;  // "!GVARENA"
 
 class Arena {
@@ -51,6 +55,10 @@ public:
 
     bool on_gpu() const { return gpu_ >= 0; }
     int gpu() const { return gpu_; }
+    /// GPU arenas: lets the threads of GPU `gpu` of this process reach the arena too
+    /// (cuMemSetAccess for every GPU granted so far; the caller checked peer access). Once per
+    /// GPU; the arena's own GPU has access from the start.
+    void grant(int gpu);
     int fd() const { return fd_; }
     uint64_t base() const { return base_; }
     uint64_t size() const { return size_; }
@@ -67,6 +75,7 @@ private:
     size_t size_ = 0;
     uint32_t pid_ = 0;
     std::mutex mu_;
+    std::vector<int> access_;            ///< GPU arenas: the GPUs that may reach it
     size_t bump_ = 0;                    ///< first never-used byte (offset)
     std::map<size_t, size_t> free_;     ///< offset -> bytes, coalesced
 };
@@ -77,7 +86,10 @@ private:
 /// file cannot be opened, the range is taken, or the header disagrees.
 void import_arena(uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
 /// The same for the GPU arena of process `pid`, mapped for GPU `gpu` (descriptor duplicated
-/// with pidfd_getfd).
+/// with pidfd_getfd). The arena may live on another GPU than `gpu` (two GPUs of one host,
+/// docs/two-gpus.md): GPU `gpu` then reaches it over NVLink / PCIe peer-to-peer (the caller
+/// checked peer access). An arena already imported for another GPU of this process is granted
+/// to `gpu` as well.
 void import_gpu_arena(int gpu, uint32_t pid, uint32_t fd, uint64_t base, uint64_t size);
 
 /// A random arena base for `size` bytes: 1 GiB-aligned in [17 TiB, 96 TiB), above

@@ -41,34 +41,40 @@ std::string check_locator(const Locator& l) {
 
 EndpointExtra encode(const Locator& l) {
     EndpointExtra x;
-    if (l == Locator{}) return x;
+    if (l.pid == 0 && l.arena_fd == 0 && l.arena_base == 0 && l.arena_size == 0 && l.qp_context == 0 &&
+        !is_gpu(l.gpu_uuid))
+        return x;
     x.size = kLocatorBytes;
     put(x, 0, l.pid, 4);
     put(x, 4, l.arena_fd, 4);
     put(x, 8, l.arena_base, 8);
     put(x, 16, l.arena_size, 8);
     put(x, 24, l.qp_context, 8);
+    for (size_t i = 0; i < l.gpu_uuid.size(); ++i) x.bytes[32 + i] = l.gpu_uuid[i];
     return x;
 }
 
 namespace {
 Locator unpack(const EndpointExtra& x) {
     Locator l;
-    if (x.size != kLocatorBytes) return l;
+    l.uuid_known = x.size == kLocatorBytes;  // no locator, or an older one: no GPU identity
+    if (x.size != kLocatorBytes && x.size != kLegacyLocatorBytes) return l;
     l.pid = uint32_t(get(x, 0, 4));
     l.arena_fd = uint32_t(get(x, 4, 4));
     l.arena_base = get(x, 8, 8);
     l.arena_size = get(x, 16, 8);
     l.qp_context = get(x, 24, 8);
+    if (l.uuid_known)
+        for (size_t i = 0; i < l.gpu_uuid.size(); ++i) l.gpu_uuid[i] = x.bytes[32 + i];
     return l;
 }
 }  // namespace
 
 std::string check_extra(const EndpointExtra& x) {
     if (x.size == 0) return {};
-    if (x.size != kLocatorBytes)
-        return "software-device endpoint part of " + std::to_string(x.size) + " bytes, expected 0 or " +
-               std::to_string(kLocatorBytes);
+    if (x.size != kLocatorBytes && x.size != kLegacyLocatorBytes)
+        return "software-device endpoint part of " + std::to_string(x.size) + " bytes, expected 0, " +
+               std::to_string(kLegacyLocatorBytes) + " or " + std::to_string(kLocatorBytes);
     Locator l = unpack(x);
     if (l.pid == 0) return "software-device locator without a pid";
     return check_locator(l);

@@ -70,10 +70,22 @@ public:
         h.slots = q_.at<dev::CqQpSlot>(ring_bytes_ + 128);
         h.slot_mask = kSlots - 1;
         h.log_cnt = log2u(cnt_);
-        h.sys = device_ ? 0 : 1;
+        // Completions from another GPU's executor (xgpu): pollers acquire at system scope.
+        h.sys = device_ && !xgpu_ ? 0 : 1;
         h.host_reachable = device_ ? 0 : 1;
         h.cqn = cqn_;
         return h;
+    }
+    /// A QP completing here connected to a peer on another GPU (docs/two-gpus.md): from now on
+    /// executors of both GPUs produce into this CQ (slots: system-scope RMWs), and the CQE
+    /// stores, the doorbell record and the overrun flag are ordered at system scope; handles
+    /// taken from now on poll at system scope. Sticky for the CQ's life (other QPs may share it).
+    void mark_cross_gpu() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (xgpu_) return;
+        dev_->write_val<uint32_t>(s_, offsetof(soft::CqState, sys), 1u);
+        dev_->write_val<uint32_t>(s_, offsetof(soft::CqState, xgpu), 1u);
+        xgpu_ = true;
     }
     uint32_t depth() const override { return cnt_; }
     MemoryKind memory() const override { return memory_; }
@@ -155,6 +167,7 @@ private:
     std::shared_ptr<SoftDevice> dev_;
     std::mutex mu_;
     bool device_ = false;
+    bool xgpu_ = false;  ///< mark_cross_gpu() ran
     MemoryKind memory_;
     uint32_t cnt_ = 0, cqn_ = 0;
     size_t ring_bytes_ = 0;
@@ -222,15 +235,18 @@ public:
         h.q.max_inline = opts_.max_inline;
         h.q.max_send_sge = opts_.max_send_sge;
         h.q.max_recv_sge = opts_.max_recv_sge;
-        h.q.sys = device_ ? 0 : 1;
+        // Connected to another GPU (xgpu): the peer's executor there reads our receive queue,
+        // so posters publish at system scope (handles taken after connect).
+        h.q.sys = device_ && !xgpu_ ? 0 : 1;
         h.q.host_reachable = device_ ? 0 : 1;
         h.scq = scq_->handle();
         h.rcq = rcq_->handle();
         h.backend = Backend::Soft;
         h.soft.ctx = s_.at<soft::QpContext>(0);
         if (dev_->on_gpu()) {
-            h.soft.host_doorbell = cuda::soft_doorbell_fn();
-            h.soft.host_arg = h.soft.ctx;
+            // Launched on this QP's GPU, whatever the calling thread's current device.
+            h.soft.host_doorbell = cuda::soft_doorbell_at_fn();
+            h.soft.host_arg = const_cast<cuda::SoftDoorbellTarget*>(&target_);
         }
         return h;
     }
@@ -269,17 +285,29 @@ public:
         GV_REQUIRE(bad.empty(), "RtrAttr::remote_extra is not a software-device endpoint part: " + bad);
         const soft::Locator loc = soft::decode(a.remote_extra);
         const bool foreign = loc.pid != 0 && loc.pid != dev_->pid();
+        const soft::PeerFacts facts = gather(loc, !foreign);
+        const soft::PeerPlan plan = soft::plan_peer(facts);
+        const std::string who =
+            "remote QP " + hex(a.remote_qpn) + (foreign ? " of process " + std::to_string(loc.pid) : std::string());
+        if (plan.path == soft::PeerPath::Refused)
+            throw NotSupported("cannot connect " + dev_->name() + " QP " + hex(qpn_) + " to " + who + ": " + plan.why);
+        const bool cross_gpu = plan.path == soft::PeerPath::CrossGpu;
         if (foreign) {
-            connect_foreign(a.remote_qpn, loc);
+            connect_foreign(a.remote_qpn, loc, cross_gpu ? facts.peer_gpu : -1);
+        } else if (cross_gpu) {
+            connect_other_gpu(a.remote_qpn, facts.peer_gpu);
         } else {
             soft::QpContext* peer = dev_->qp_find(a.remote_qpn);
             GV_REQUIRE(peer != nullptr, "remote QP " + hex(a.remote_qpn) + " does not exist on software device " +
-                                            dev_->name() + " (peers must be on the same device: same process "
-                                            "and the same ContextOptions::gpu)");
+                                            dev_->name() + " (peers must be on the same device, or on another GPU "
+                                            "of this host: same process and the same ContextOptions::gpu, or "
+                                            "an endpoint that says which GPU)");
             set(offsetof(soft::QpContext, remote), peer);
             set(offsetof(soft::QpContext, remote_mrs), dev_->mr_table());
-            dev_->qp_link(qpn_, a.remote_qpn);
+            dev_->qp_link(qpn_, a.remote_qpn, dev_.get());
         }
+        // Before RTR: the peer's executor reads these flags once our state lets it in.
+        set_cross_gpu(cross_gpu);
         set(offsetof(soft::QpContext, remote_qpn), a.remote_qpn);
         set(offsetof(soft::QpContext, min_rnr_timer), a.min_rnr_timer);
         set(offsetof(soft::QpContext, state), uint32_t(QpState::Rtr));
@@ -321,7 +349,8 @@ public:
         set(offsetof(soft::QpContext, rnr_count), 0u);
         set(offsetof(soft::QpContext, remote), static_cast<soft::QpContext*>(nullptr));
         set(offsetof(soft::QpContext, remote_mrs), dev_->mr_table());
-        dev_->qp_link(qpn_, 0);
+        set_cross_gpu(false);
+        dev_->qp_link(qpn_, 0, nullptr);
     }
 
     QpEndpoint endpoint() const override {
@@ -336,9 +365,66 @@ public:
     }
 
 private:
+    /// What plan_peer needs to know about the peer `loc` (CUDA is asked only when both devices
+    /// are on GPUs with different identities).
+    soft::PeerFacts gather(const soft::Locator& loc, bool same_process) const {
+        soft::PeerFacts f;
+        f.local_gpu = dev_->gpu();
+        f.local_uuid = dev_->uuid();
+        f.same_process = same_process;
+        f.peer_uuid_known = loc.uuid_known;
+        f.peer_uuid = loc.gpu_uuid;
+        if (f.local_gpu < 0 || !f.peer_uuid_known || !soft::is_gpu(f.peer_uuid) || f.peer_uuid == f.local_uuid)
+            return f;
+        f.visible_gpus = cuda::device_count();
+        f.peer_gpu = cuda::device_of_uuid(f.peer_uuid.data());
+        if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+            f.visible_devices_set = true;
+            f.visible_devices = v;
+        }
+        if (f.peer_gpu >= 0 && f.peer_gpu != f.local_gpu) {
+            f.can_access_peer = cuda::can_access_peer(f.local_gpu, f.peer_gpu);
+            if (same_process) f.peer_can_access = cuda::can_access_peer(f.peer_gpu, f.local_gpu);
+        }
+        return f;
+    }
+
+    /// The QP (its state and CQs) is connected to a peer on another GPU, or no longer: sets
+    /// QpContext::xgpu and system-scope ordering of its queues (base: host memory only), and
+    /// marks both CQs (state.cuh's kScopePeer says what that changes).
+    void set_cross_gpu(bool on) {
+        if (on == xgpu_) return;
+        if (on) {
+            scq_->mark_cross_gpu();
+            rcq_->mark_cross_gpu();
+        }
+        set(offsetof(soft::QpContext, sys), uint32_t(on || !device_ ? 1 : 0));
+        set(offsetof(soft::QpContext, xgpu), uint32_t(on ? 1 : 0));
+        xgpu_ = on;
+    }
+
+    /// RTR against a QP of this process on another GPU: find its device, let each GPU reach
+    /// the other's memory (peer access both ways, each arena granted to the other GPU), then
+    /// point at its state and MR table as for a peer of this device.
+    void connect_other_gpu(uint32_t remote_qpn, int peer_gpu) {
+        auto other = SoftDevice::existing(peer_gpu);
+        if (!other)
+            throw InvalidUsage("remote QP " + hex(remote_qpn) + " is of the software device of GPU " +
+                               std::to_string(peer_gpu) + ", which this process no longer has (its last Context "
+                               "was destroyed)");
+        soft::QpContext* peer = other->qp_find(remote_qpn);
+        GV_REQUIRE(peer != nullptr, "remote QP " + hex(remote_qpn) + " does not exist on software device " +
+                                        other->name() + " (destroyed, or the endpoint is stale)");
+        dev_->link_gpu(*other);
+        set(offsetof(soft::QpContext, remote), peer);
+        set(offsetof(soft::QpContext, remote_mrs), other->mr_table());
+        dev_->qp_link(qpn_, remote_qpn, other.get());
+    }
+
     /// RTR against a QP of another process: map its arena here at the same address (once
-    /// per arena), then point at its QpState and MR table as for a local peer.
-    void connect_foreign(uint32_t remote_qpn, const soft::Locator& loc) {
+    /// per arena), then point at its QpState and MR table as for a local peer. peer_gpu >= 0:
+    /// the peer's arena lives on that GPU (two GPUs, docs/two-gpus.md), mapped for ours.
+    void connect_foreign(uint32_t remote_qpn, const soft::Locator& loc, int peer_gpu) {
         const std::string who = "remote QP " + hex(remote_qpn) + " of process " + std::to_string(loc.pid);
         if (loc.arena_size == 0)
             throw NotSupported("cannot connect to " + who +
@@ -357,8 +443,17 @@ private:
                        loc.qp_context - loc.arena_base <= loc.arena_size - sizeof(soft::QpContext) &&
                        loc.qp_context % alignof(soft::QpContext) == 0,
                    who + ": QP state address " + hex(loc.qp_context) + " lies outside its arena");
-        if (dev_->on_gpu()) import_gpu_arena(dev_->gpu(), loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
-        else import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        if (dev_->on_gpu()) {
+            // peer_gpu >= 0: the arena's memory is on that GPU; the mapping made here is for
+            // ours, which reaches it over NVLink / PCIe peer-to-peer (plan_peer checked that
+            // cudaDeviceCanAccessPeer says so). Nothing else is needed: VMM memory is reached
+            // through the mapping's access descriptors, not cudaDeviceEnablePeerAccess.
+            (void)peer_gpu;
+            cuda::DeviceGuard guard(dev_->gpu());
+            import_gpu_arena(dev_->gpu(), loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        } else {
+            import_arena(loc.pid, loc.arena_fd, loc.arena_base, loc.arena_size);
+        }
         auto* peer = reinterpret_cast<soft::QpContext*>(loc.qp_context);
         // The peer wrote its QpState before it sent the endpoint; the socket round trip that
         // brought the endpoint here orders those stores before these loads.
@@ -375,7 +470,7 @@ private:
                    who + ": its memory-region table is not in its arena");
         set(offsetof(soft::QpContext, remote_mrs), mrs);
         set(offsetof(soft::QpContext, remote), peer);
-        dev_->qp_link(qpn_, 0);  // remote_qpn names a QP of the other process, not of this device
+        dev_->qp_link(qpn_, 0, nullptr);  // remote_qpn names a QP of the other process, not of this process
     }
 
     /// Moves the QP to ERROR when the peer's process exits: every outstanding WQE and every
@@ -386,7 +481,7 @@ private:
         PeerWatch::instance().cancel(watch_id_);
         watch_id_ = 0;
         watch_id_ = PeerWatch::instance().watch(pid, [this] {
-            if (dev_->on_gpu()) cuda::set_device(dev_->gpu());
+            cuda::DeviceGuard guard(dev_->gpu());  // the watcher's own thread; CPU device: nothing
             // ERROR first (executors then flush without reading the peer), then forget the
             // peer: nothing of a dead process is read from here on.
             set(offsetof(soft::QpContext, state), uint32_t(QpState::Error));
@@ -403,6 +498,8 @@ private:
         q_ = dev_->alloc(sq_bytes_ + rq_bytes_ + 64 + sizeof(dev::QpCounters), device_);
         s_ = dev_->alloc(sizeof(soft::QpContext), dev_->on_gpu());
         qpn_ = dev_->alloc_qpn();
+        target_.qp_context = s_.at<soft::QpContext>(0);
+        target_.gpu = dev_->gpu();
 
         soft::QpContext st{};
         st.qpn = qpn_;
@@ -476,6 +573,8 @@ private:
     QpOptions opts_;
     Mem q_, s_;
     uint64_t watch_id_ = 0;  ///< PeerWatch registration while connected to another process
+    bool xgpu_ = false;      ///< connected to a peer on another GPU (QpContext::xgpu)
+    cuda::SoftDoorbellTarget target_{};  ///< host_arg of the handles: where CPU doorbells launch
 };
 
 // ---------------------------------------------------------------------------------------
@@ -513,14 +612,22 @@ public:
             GV_REQUIRE(dev_->on_gpu(), "GPU memory (GPU " + std::to_string(owner) + ") registered on " +
                                            dev_->name() + ", which executes on CPU threads: open the "
                                            "context with ContextOptions::gpu = " + std::to_string(owner));
-            GV_REQUIRE(owner == dev_->gpu(), "memory of GPU " + std::to_string(owner) + " registered on " +
-                                                 dev_->name() + ": register memory of GPU " +
-                                                 std::to_string(dev_->gpu()));
+            e.sys = soft::kScopeGpu;
+            if (owner != dev_->gpu()) {
+                // Memory of another GPU of this process: reachable through peer access, which
+                // this enables; its observers are that GPU's threads, so stores into it are
+                // fenced, and RMWs on it made, at system scope (kScopePeer).
+                const std::string why =
+                    soft::check_peer_memory(dev_->gpu(), owner, cuda::can_access_peer(dev_->gpu(), owner));
+                if (!why.empty()) throw NotSupported(why);
+                dev_->reach_gpu(owner);
+                e.sys = soft::kScopePeer;
+            }
             e.xlate = 0;
-            e.sys = 0;
             e.shared = dev_->in_arena(addr, length) ? 1 : 0;
             info.device_memory = true;
         } else if (dev_->on_gpu()) {
+            cuda::DeviceGuard guard(dev_->gpu());
             void* d = nullptr;
             if (kind == cuda::PtrKind::PinnedHost) d = cuda::host_device_pointer(addr);
             else pinned_here = cuda::host_register(addr, length, &d);
@@ -577,9 +684,10 @@ std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes) {
             throw NotSupported("software device on GPU " + std::to_string(gpu) +
                                ": gpuverbs was built without CUDA; use ContextOptions::gpu = -1");
         int n = cuda::device_count();
-        GV_REQUIRE(gpu < n, "GPU " + std::to_string(gpu) + " asked for, but " + std::to_string(n) +
-                                " GPU(s) are visible");
-        cuda::set_device(gpu);
+        if (gpu >= n) {
+            const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+            throw InvalidUsage(soft::gpu_not_visible(gpu, n, v != nullptr, v ? v : ""));
+        }
     }
     return std::make_unique<SoftBackend>(gpu, arena_bytes);
 }

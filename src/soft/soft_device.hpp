@@ -20,6 +20,7 @@
 #include "gpuverbs/detail/soft/exec.cuh"
 #include "soft/arena.hpp"
 #include "soft/locator.hpp"
+#include "soft/peer_gpu.hpp"
 
 namespace gv::detail::softdev {
 
@@ -55,6 +56,8 @@ public:
     /// arena_bytes: size of the shared arena (0: the default, see ContextOptions).
     SoftDevice(int gpu, size_t arena_bytes) : gpu_(gpu), pid_(uint32_t(getpid())) {
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
+        if (gpu >= 0) cuda::device_uuid(gpu, uuid_.data());
+        cuda::DeviceGuard guard(gpu);
         // The device keeps its state in one shared arena, so that peer processes can map it
         // at the same address and follow its pointers (docs/cross-process.md). A GPU
         // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.
@@ -87,9 +90,8 @@ public:
     ~SoftDevice() { release(mr_mem_); }
 
     static std::shared_ptr<SoftDevice> get(int gpu, size_t arena_bytes) {
-        static std::mutex mu;
-        static std::map<int, std::weak_ptr<SoftDevice>> all;
-        std::lock_guard<std::mutex> lock(mu);
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        auto& all = registry();
         auto sp = all[gpu].lock();
         // A child of fork() gets a device of its own: the inherited one's arena is the
         // parent's (shared) memory.
@@ -106,7 +108,61 @@ public:
         }
         return sp;
     }
+    /// This process's live device of GPU `gpu` (-1: the CPU device), or null.
+    static std::shared_ptr<SoftDevice> existing(int gpu) {
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        auto& all = registry();
+        auto it = all.find(gpu);
+        if (it == all.end()) return nullptr;
+        auto sp = it->second.lock();
+        return sp && sp->pid() == uint32_t(getpid()) ? sp : nullptr;
+    }
+    /// Every live device of this process.
+    static std::vector<std::shared_ptr<SoftDevice>> all_devices() {
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        std::vector<std::shared_ptr<SoftDevice>> v;
+        for (auto& [g, w] : registry())
+            if (auto sp = w.lock(); sp && sp->pid() == uint32_t(getpid())) v.push_back(sp);
+        return v;
+    }
     size_t arena_size() const { return arena_ ? arena_->size() : 0; }
+    const soft::GpuUuid& uuid() const { return uuid_; }
+    /// The device whose shared arena holds [p, p+n) in this process, or null.
+    static std::shared_ptr<SoftDevice> owning_arena(const void* p, size_t n) {
+        for (auto& d : all_devices())
+            if (d->in_arena(p, n)) return d;
+        return nullptr;
+    }
+
+    /// Two devices of this process on two GPUs that connect QPs (plan_peer said CrossGpu, so
+    /// peer access works both ways): each GPU's threads may then execute the other device's
+    /// QPs and touch its state, rings, CQs, MR table and registered memory. Enables peer access
+    /// both ways (cudaMalloc'd memory: private queues of a full arena, registered buffers) and
+    /// grants each arena to the other GPU (VMM memory: cudaDeviceEnablePeerAccess does not
+    /// cover it). Once per pair.
+    void link_gpu(SoftDevice& other) {
+        if (other.gpu_ == gpu_ || gpu_ < 0 || other.gpu_ < 0) return;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (std::find(linked_.begin(), linked_.end(), other.gpu_) != linked_.end()) return;
+        }
+        cuda::enable_peer_access(gpu_, other.gpu_);
+        cuda::enable_peer_access(other.gpu_, gpu_);
+        if (arena_) arena_->grant(other.gpu_);
+        if (other.arena_) other.arena_->grant(gpu_);
+        std::scoped_lock lock(mu_, other.mu_);
+        if (std::find(linked_.begin(), linked_.end(), other.gpu_) == linked_.end()) linked_.push_back(other.gpu_);
+        if (std::find(other.linked_.begin(), other.linked_.end(), gpu_) == other.linked_.end())
+            other.linked_.push_back(gpu_);
+    }
+    /// Lets this device's GPU reach GPU `owner`'s memory (peer access; the caller checked it is
+    /// possible): registering that memory here, or a QP of another process whose arena lives
+    /// there. For an arena of this process's device on `owner`, grants it too.
+    void reach_gpu(int owner) {
+        if (owner == gpu_ || gpu_ < 0) return;
+        cuda::enable_peer_access(gpu_, owner);
+        if (auto d = existing(owner); d && d->arena_) d->arena_->grant(gpu_);
+    }
 
     bool on_gpu() const { return gpu_ >= 0; }
     uint32_t pid() const { return pid_; }
@@ -129,6 +185,7 @@ public:
     soft::Locator locator(const soft::QpContext* qp, bool reachable) const {
         soft::Locator l;
         l.pid = pid_;
+        l.gpu_uuid = uuid_;
         if (arena_ && reachable) {
             l.arena_fd = uint32_t(arena_->fd());
             l.arena_base = arena_->base();
@@ -146,15 +203,14 @@ public:
         Mem m;
         m.bytes = bytes;
         m.device = device;
+        cuda::DeviceGuard guard(gpu_);
         if (device) {
-            cuda::set_device(gpu_);
             if (arena_) m.exec = arena_->try_alloc(bytes);  // zeroed
             m.arena = m.exec != nullptr;
             // A full arena: private memory, usable in this process only (the QP's endpoint
             // then says it cannot be reached from another process).
             if (!m.exec) m.exec = cuda::dev_alloc(bytes);
         } else if (on_gpu()) {
-            cuda::set_device(gpu_);
             void* d = nullptr;
             m.host = cuda::host_alloc(bytes, &d);
             m.pinned = true;
@@ -176,6 +232,7 @@ public:
     /// memory is then left to the context's teardown.
     void release(Mem& m) noexcept {
         try {
+            cuda::DeviceGuard guard(m.device || m.pinned ? gpu_ : -1);
             if (m.arena) arena_->free(m.device ? m.exec : m.host, m.bytes);
             else if (m.device) cuda::dev_free(m.exec);
             else if (m.pinned) cuda::host_free(m.host);
@@ -185,12 +242,20 @@ public:
         m = Mem{};
     }
     void write(const Mem& m, size_t off, const void* src, size_t n) {
-        if (m.device) cuda::copy_to_device(m.at(off), src, n);
-        else std::memcpy(m.at(off), src, n);
+        if (m.device) {
+            cuda::DeviceGuard guard(gpu_);
+            cuda::copy_to_device(m.at(off), src, n);
+        } else {
+            std::memcpy(m.at(off), src, n);
+        }
     }
     void read(const Mem& m, size_t off, void* dst, size_t n) const {
-        if (m.device) cuda::copy_from_device(dst, m.at(off), n);
-        else std::memcpy(dst, m.at(off), n);
+        if (m.device) {
+            cuda::DeviceGuard guard(gpu_);
+            cuda::copy_from_device(dst, m.at(off), n);
+        } else {
+            std::memcpy(dst, m.at(off), n);
+        }
     }
     template <typename T>
     T read_val(const Mem& m, size_t off) const {
@@ -247,8 +312,8 @@ public:
     struct QpEntry {
         soft::QpContext* exec;
         Mem* state_mem;
-        uint32_t remote_qpn;  // whom it points to (0 none)
-        uint32_t* remote_set;
+        uint32_t remote_qpn;              // whom it points to (0 none)
+        const SoftDevice* remote_dev;     // on which device of this process (null none)
     };
     void qp_add(uint32_t qpn, soft::QpContext* exec, Mem* state_mem) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -259,25 +324,34 @@ public:
         auto it = qps_.find(qpn);
         return it == qps_.end() ? nullptr : it->second.exec;
     }
-    void qp_link(uint32_t qpn, uint32_t remote_qpn) {
+    /// Records that QP qpn points at QP remote_qpn of device `remote` of this process (null,
+    /// 0: at nothing of this process), so that destroying that QP unlinks it.
+    void qp_link(uint32_t qpn, uint32_t remote_qpn, const SoftDevice* remote) {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = qps_.find(qpn);
-        if (it != qps_.end()) it->second.remote_qpn = remote_qpn;
+        if (it == qps_.end()) return;
+        it->second.remote_qpn = remote_qpn;
+        it->second.remote_dev = remote_qpn ? remote : nullptr;
     }
-    /// Forgets a QP and unlinks every QP that points at it, so no executor follows a
-    /// pointer to freed state: their work then fails with TRANSPORT_RETRY_EXC_ERR.
+    /// Forgets a QP and unlinks every QP of this process that points at it (of this device,
+    /// or of the device of another GPU), so no executor follows a pointer to freed state:
+    /// their work then fails with TRANSPORT_RETRY_EXC_ERR.
     void qp_remove(uint32_t qpn) {
-        std::lock_guard<std::mutex> lock(mu_);
-        qps_.erase(qpn);
-        for (auto& [other, e] : qps_) {
-            if (e.remote_qpn != qpn) continue;
-            e.remote_qpn = 0;
-            soft::QpContext* none = nullptr;
-            try {  // called from ~QueuePair: must not throw (see release())
-                write(*e.state_mem, offsetof(soft::QpContext, remote), &none, sizeof none);
-            } catch (...) {
-            }
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            qps_.erase(qpn);
         }
+        std::vector<std::shared_ptr<SoftDevice>> devs;
+        try {
+            devs = all_devices();
+        } catch (...) {
+        }
+        bool self_seen = false;
+        for (auto& d : devs) {
+            self_seen |= d.get() == this;
+            d->unlink(this, qpn);
+        }
+        if (!self_seen) unlink(this, qpn);  // while this device itself is being destroyed
     }
 
     uint32_t alloc_pd() {
@@ -292,7 +366,32 @@ public:
     static constexpr uint32_t kMrCap = 4096;
 
 private:
+    static std::mutex& registry_mutex() {
+        static std::mutex mu;
+        return mu;
+    }
+    static std::map<int, std::weak_ptr<SoftDevice>>& registry() {
+        static std::map<int, std::weak_ptr<SoftDevice>> all;
+        return all;
+    }
+    /// Clears `remote` of every QP of this device that points at QP qpn of device `dev`.
+    void unlink(const SoftDevice* dev, uint32_t qpn) noexcept {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [other, e] : qps_) {
+            if (e.remote_qpn != qpn || e.remote_dev != dev) continue;
+            e.remote_qpn = 0;
+            e.remote_dev = nullptr;
+            soft::QpContext* none = nullptr;
+            try {  // called from ~QueuePair: must not throw (see release())
+                write(*e.state_mem, offsetof(soft::QpContext, remote), &none, sizeof none);
+            } catch (...) {
+            }
+        }
+    }
+
     int gpu_;
+    soft::GpuUuid uuid_{};   ///< the GPU's identity (zero: CPU threads)
+    std::vector<int> linked_;  ///< GPUs of this process whose device this one connected to
     uint32_t pid_;
     std::string name_;
     std::mutex mu_;

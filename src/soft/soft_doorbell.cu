@@ -21,18 +21,20 @@ __global__ void soft_doorbell_kernel(soft::QpContext* q, dev::HostDoorbell what)
         if (g.leader()) need = soft::needs_progress(q) ? 1 : 0;
         if (!g.bcast(need)) return;
         soft::progress(q, g);
-        if (g.leader() && soft::load_state(q) == QpState::Error) soft::flush_rq(q);
+        if (g.leader() && soft::load_state(q, soft::state_scope(q) != soft::kScopeGpu) == QpState::Error)
+            soft::flush_rq(q);
         return;
     }
     if (what != dev::HostDoorbell::RecvQueue) soft::progress(q, g);
     if (what != dev::HostDoorbell::SendQueue) {
         // A new receive (or ERROR): flush in ERROR, and let a sender waiting under the RNR
         // rules go on.
-        if (g.leader() && soft::load_state(q) == QpState::Error) soft::flush_rq(q);
+        const bool sys = soft::state_scope(q) != soft::kScopeGpu;  // a peer on the other GPU (xgpu)
+        if (g.leader() && soft::load_state(q, sys) == QpState::Error) soft::flush_rq(q);
         soft::QpContext* peer = q->remote;
         uint32_t waiting = 0;
         // Only a peer of this process: another process's executor runs its own QPs.
-        if (g.leader() && peer && soft::peer_in_process(q)) waiting = atom::load_acquire(&peer->rnr_waiting);
+        if (g.leader() && peer && soft::peer_in_process(q)) waiting = atom::load_acquire(&peer->rnr_waiting, sys);
         if (g.bcast(waiting)) soft::progress(peer, g);
     }
 }
@@ -61,10 +63,20 @@ void soft_doorbell(void* q, dev::HostDoorbell what) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) throw_cuda("launch of the software device's executor", int(e), __FILE__, __LINE__);
 }
+
+/// The same on the QP's own GPU (the thread's current device is left as it was): with two
+/// GPUs in one process, a CPU thread whose current device is the other GPU must not launch
+/// the executor there.
+void soft_doorbell_at(void* target, dev::HostDoorbell what) {
+    const auto* t = static_cast<const cuda::SoftDoorbellTarget*>(target);
+    cuda::DeviceGuard guard(t->gpu);
+    soft_doorbell(t->qp_context, what);
+}
 }  // namespace
 
 namespace cuda {
 DoorbellFn soft_doorbell_fn() { return &soft_doorbell; }
+DoorbellFn soft_doorbell_at_fn() { return &soft_doorbell_at; }
 }  // namespace cuda
 
 }  // namespace gv::detail

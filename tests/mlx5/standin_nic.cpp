@@ -184,7 +184,7 @@ public:
         set(offsetof(soft::QpContext, remote_mrs), dev_->mr_table());
         set(offsetof(soft::QpContext, remote_qpn), a.remote_qpn);
         set(offsetof(soft::QpContext, min_rnr_timer), a.min_rnr_timer);
-        dev_->qp_link(ring_.qpn, a.remote_qpn);
+        dev_->qp_link(ring_.qpn, a.remote_qpn, dev_.get());
         set(offsetof(soft::QpContext, state), uint32_t(QpState::Rtr));
     }
     void to_rts(const RtsAttr& a) override {

@@ -26,7 +26,8 @@ TEST(OobRecord, QpRecordBytesFollowTheDocumentedLayout) {
     std::vector<uint8_t> b = QpRecord(e).serialize();
     EXPECT_EQ(b, raw_qp(QpFields{}));
     ASSERT_EQ(b.size(), 12u + 44u + 4u);
-    // With a locator: pid, fd, arena base and size, QP context at payload offsets 36..67.
+    // With a locator: pid, fd, arena base and size, QP context at payload offsets 36..67, the
+    // device's GPU identity at 68..83 (zero: CPU threads).
     const gv::detail::soft::Locator l{4242, 17, 0x110000000000ull, 1ull << 30, 0x110000001040ull};
     e.extra = gv::detail::soft::encode(l);
     QpFields f;
@@ -196,12 +197,12 @@ TEST(OobRecord, QpFieldsOutOfRange) {
         f.qp_context = 0x110000002000ull;
     };
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 2; }),
-               "a mlx5 endpoint carries 32 backend-specific bytes (expected none)");
+               "a mlx5 endpoint carries 48 backend-specific bytes (expected none)");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.backend = 3; }),
-               "a verbs endpoint carries 32 backend-specific bytes (expected none)");
+               "a verbs endpoint carries 48 backend-specific bytes (expected none)");
     // The 8 name bytes read as an 8-byte backend-specific part.
     EXPECT_MSG(with([&](QpFields& f) { f.name_len = 0, f.extra_len = 8; }),
-               "software-device endpoint part of 8 bytes, expected 0 or 32");
+               "software-device endpoint part of 8 bytes, expected 0, 32 or 48");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 0; }), "software-device locator without a pid");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.pid = 4194305; }), "pid 4194305 out of range");
     EXPECT_MSG(with([&](QpFields& f) { loc(f), f.arena_size = 0; }),

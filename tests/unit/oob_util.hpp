@@ -114,23 +114,25 @@ std::vector<uint8_t> raw_record(uint32_t magic, uint16_t version, uint16_t type,
     return b;
 }
 
-/// A QP record's payload fields (oob.hpp's layout); `loc` adds the 32-byte software-device
-/// locator as the backend-specific part.
+/// A QP record's payload fields (oob.hpp's layout); `loc` adds the 48-byte software-device
+/// locator as the backend-specific part (32 bytes, without the GPU identity, with `legacy`).
 struct QpFields {
     uint8_t backend = 1, name_len = 8, reserved = 0;
-    int extra_len = -1;  ///< -1: the length of what follows (0, or 32 with loc)
+    int extra_len = -1;  ///< -1: the length of what follows (0, or 48 / 32 with loc)
     uint16_t lid = 0x1234, reserved2 = 0;
     uint32_t qpn = 0xabcdef, psn = 0x123456, mtu = 1024;
     std::string name = "soft-cpu";
     bool loc = false;
     uint32_t pid = 0, arena_fd = 0;
     uint64_t arena_base = 0, arena_size = 0, qp_context = 0;
+    uint8_t gpu_uuid[16] = {};  ///< the device's GPU identity (zero: CPU threads)
+    bool legacy = false;        ///< the 32-byte locator of the version before GPU identities
 };
 std::vector<uint8_t> qp_payload(const QpFields& f) {
     std::vector<uint8_t> p;
     p.push_back(f.backend);
     p.push_back(f.name_len);
-    p.push_back(uint8_t(f.extra_len >= 0 ? f.extra_len : f.loc ? 32 : 0));
+    p.push_back(uint8_t(f.extra_len >= 0 ? f.extra_len : f.loc ? (f.legacy ? 32 : 48) : 0));
     p.push_back(f.reserved);
     put32(p, f.qpn);
     put32(p, f.psn);
@@ -144,6 +146,7 @@ std::vector<uint8_t> qp_payload(const QpFields& f) {
         put64(p, f.arena_base);
         put64(p, f.arena_size);
         put64(p, f.qp_context);
+        if (!f.legacy) p.insert(p.end(), f.gpu_uuid, f.gpu_uuid + 16);
     }
     p.insert(p.end(), f.name.begin(), f.name.end());
     return p;

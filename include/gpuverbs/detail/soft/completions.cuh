@@ -16,8 +16,11 @@ namespace gv::detail::soft {
 /// report it.
 GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     const uint32_t cnt = 1u << cq->log_cnt;
-    // Slot reservation: several executors may complete into one CQ at once.
-    unsigned long long slot = atom::fetch_add(&cq->prod, 1ull);
+    // Slot reservation: several executors may complete into one CQ at once. System scope once
+    // a QP completing here is connected to another GPU (xgpu): the peer's executor on that GPU
+    // reserves responder slots here while this GPU's executors reserve theirs; a device-scope
+    // RMW is atomic only among one GPU's threads.
+    unsigned long long slot = rmw_add(&cq->prod, 1ull, atom::load_relaxed(&cq->xgpu) ? kScopePeer : kScopeGpu);
     // The consumer publishes how far it has read in the doorbell record (24 bits); the
     // slot is free when fewer than cnt entries are unread. Differences are taken modulo
     // 2^24, exact while cnt <= 2^23.
@@ -48,10 +51,13 @@ GV_HOST_DEVICE uint32_t rq_pending(const QpContext* q, unsigned long long ci) {
 
 /// Completes every posted receive of a QP in ERROR with WR_FLUSH_ERR.
 GV_HOST_DEVICE void flush_rq(QpContext* q) {
+    // rq_ci is claimed by this QP's flushes and by its peer's executor (take_receive): on two
+    // GPUs (xgpu) both claim it with system-scope RMWs.
+    const uint32_t sc = state_scope(q);
     for (;;) {
-        unsigned long long c = atom::load_acquire(&q->rq_ci);
+        unsigned long long c = atom::load_acquire(&q->rq_ci, sc != kScopeGpu);
         if (rq_pending(q, c) == 0) return;
-        if (!atom::cas(&q->rq_ci, c, c + 1)) continue;
+        if (!rmw_cas(&q->rq_ci, c, c + 1, sc)) continue;
         mlx5::CqeFields f{};
         f.cqe_opcode = MLX5_CQE_RESP_ERR;
         f.syndrome = MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
@@ -62,9 +68,13 @@ GV_HOST_DEVICE void flush_rq(QpContext* q) {
 }
 
 GV_HOST_DEVICE void enter_error(QpContext* q, uint32_t syndrome) {
+    // The peer's executor moves q to ERROR too (a responder error): on two GPUs the syndrome's
+    // CAS and the state's release are system-scope, so a poller or qp_in_error on q's GPU sees
+    // the cause with the state.
+    const uint32_t sc = state_scope(q);
     uint32_t expect = 0;
-    atom::cas(&q->syndrome, expect, syndrome);
-    atom::store_release(&q->state, uint32_t(QpState::Error));
+    rmw_cas(&q->syndrome, expect, syndrome, sc);
+    atom::store_release(&q->state, uint32_t(QpState::Error), sc != kScopeGpu);
     flush_rq(q);
 }
 

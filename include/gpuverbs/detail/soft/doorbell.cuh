@@ -21,7 +21,7 @@ GV_HOST_DEVICE Status ring_send(const dev::QpHandle& qp, const G& g) {
     }
 #endif
     progress(qp.soft.ctx, g);
-    QpState s = load_state(qp.soft.ctx);
+    QpState s = load_state(qp.soft.ctx, state_scope(qp.soft.ctx) != kScopeGpu);
     if (s == QpState::Error) return Status::QpError;
     if (!sends_allowed(s)) return Status::QpNotReady;
     return Status::Ok;
@@ -39,11 +39,15 @@ GV_HOST_DEVICE void ring_recv(const dev::QpHandle& qp) {
     QpContext* q = qp.soft.ctx;
     // Full fence: the receive doorbell record's store before the loads of the state and of
     // the peer's RNR flag. A waiting sender whose flag is missed here is retried by its own
-    // RNR timer (its waiters drive it).
-    atom::fence_seq_cst();
-    if (load_state(q) == QpState::Error) flush_rq(q);
+    // RNR timer (its waiters drive it). On two GPUs (xgpu) the sender's executor runs on the
+    // other GPU: system scope, or this store and its flag could pass each other there.
+    const bool sys = state_scope(q) != kScopeGpu;
+    atom::fence_seq_cst(sys);
+    if (load_state(q, sys) == QpState::Error) flush_rq(q);
     QpContext* peer = q->remote;
-    if (peer && peer_in_process(q) && atom::load_acquire(&peer->rnr_waiting)) progress(peer, ThreadGroup{});
+    // A peer of this process on the other GPU is run from here too (progress() takes its lock
+    // at system scope): its queues, CQs and buffers are reachable from this GPU (peer access).
+    if (peer && peer_in_process(q) && atom::load_acquire(&peer->rnr_waiting, sys)) progress(peer, ThreadGroup{});
 }
 
 /// A waiter found nothing to poll: retry a send waiting for a receive (RNR), flush a QP in
@@ -59,7 +63,8 @@ GV_HOST_DEVICE void drive(const dev::QpHandle& qp) {
 #endif
     if (needs_progress(qp.soft.ctx)) {
         progress(qp.soft.ctx, ThreadGroup{});
-        if (load_state(qp.soft.ctx) == QpState::Error) flush_rq(qp.soft.ctx);
+        if (load_state(qp.soft.ctx, state_scope(qp.soft.ctx) != kScopeGpu) == QpState::Error)
+            flush_rq(qp.soft.ctx);
     }
 }
 
@@ -75,8 +80,9 @@ GV_HOST_DEVICE bool in_error(const dev::QpHandle& qp) {
     // it: on a GPU device the state is GPU memory, written by executors on that GPU (of this
     // process or a peer's) or by host copies (to_error, the peer-death watcher); a strong
     // load is not served from a stale L1 line, so a spinning kernel sees the change. On a
-    // CPU device it is host memory and this is a plain CPU acquire load.
-    return load_state(qp.soft.ctx) == QpState::Error;
+    // CPU device it is host memory and this is a plain CPU acquire load. On two GPUs (xgpu)
+    // the peer's executor, on the other GPU, may be the writer: system scope.
+    return load_state(qp.soft.ctx, state_scope(qp.soft.ctx) != kScopeGpu) == QpState::Error;
 }
 
 }  // namespace gv::detail::soft

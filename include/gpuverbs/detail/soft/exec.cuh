@@ -42,7 +42,10 @@ enum Action : uint32_t {
 /// True when a published WQE waits at lc.ci. Reads the doorbell record once per drain, and
 /// with it the QP's state and its peer for the WQEs of that batch.
 GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
-    if (!lc.batches) lc.ci = q->sq_ci;
+    if (!lc.batches) {
+        lc.ci = q->sq_ci;
+        lc.scope = state_scope(q);
+    }
     if (lc.pending == 0) {
         // One batch per drain: work published later is found by progress()'s re-check
         // after the lock is released.
@@ -53,7 +56,8 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         // WQEBBs, so the difference modulo 2^16 is the published count.
         lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
         if (lc.pending == 0) return false;
-        lc.state = load_state_relaxed(q);
+        const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
+        lc.state = load_state_relaxed(q, sys);
         // In ERROR every WQE flushes without the peer: a peer process that died is not read.
         lc.r = sends_allowed(lc.state) ? q->remote : nullptr;
         // The configuration, once per drain (QpConfig says why); loads with no dependence
@@ -68,7 +72,7 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         c.scq = q->scq;
         c.local_mrs = q->local_mrs;
         c.remote_mrs = q->remote_mrs;
-        lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r));
+        lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r, sys));
         if (lc.peer_ok) {
             c.peer_access = lc.r->access;
             c.peer_pd = lc.r->pd;
@@ -134,15 +138,19 @@ GV_HOST_DEVICE uint8_t run_atomic(LeaderCache& lc, const mlx5::WqeReader& w, Pla
     uint64_t rp = resolve_remote(lc, ra, 8, kRemoteAtomic, &rsys);
     if (!rp) return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
     auto* target = reinterpret_cast<unsigned long long*>(rp);
+    // The target's scope: host memory (rsys), and on two GPUs (lc.scope) memory that the other
+    // GPU's threads update too (its executors' atomics, its kernels): a system-scope RMW, which
+    // NVLink performs natively. Device scope would make it atomic among this GPU's threads only.
+    const uint32_t scope = rsys | lc.scope;
     unsigned long long old;
     if (w.opcode() == MLX5_OPCODE_ATOMIC_FA) {
-        old = atom::fetch_add(target, (unsigned long long)at.swap_add, rsys != 0);
+        old = rmw_add(target, (unsigned long long)at.swap_add, scope);
     } else {
         old = at.compare;
-        atom::cas(target, old, (unsigned long long)at.swap_add, rsys != 0);
+        rmw_cas(target, old, (unsigned long long)at.swap_add, scope);
     }
     std::memcpy(reinterpret_cast<void*>(lp), &old, 8);
-    p.sys = lsys | rsys;
+    p.sys |= lsys | rsys;
     o.byte_len = 8;
     return 0;
 }
@@ -214,8 +222,10 @@ enum class Receive {
 /// Claims the peer r's next posted receive WQE (its index in *rc), or applies the RNR rules
 /// when none is posted.
 GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, unsigned long long* rc) {
+    // r's rq_ci is also claimed by r's own flushes (on r's GPU): system scope on two GPUs.
+    const uint32_t sc = state_scope(r);
     for (;;) {
-        unsigned long long c = atom::load_acquire(&r->rq_ci);
+        unsigned long long c = atom::load_acquire(&r->rq_ci, sc != kScopeGpu);
         if (rq_pending(r, c) == 0) {
             if (q->rnr_retry == 0) return Receive::Exceeded;
             uint64_t now = atom::now_ns();
@@ -236,7 +246,7 @@ GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, unsigned long lo
             }
             return Receive::Wait;
         }
-        if (atom::cas(&r->rq_ci, c, c + 1)) {
+        if (rmw_cas(&r->rq_ci, c, c + 1, sc)) {
             q->rnr_waiting = 0;
             *rc = c;
             return Receive::Taken;
@@ -299,6 +309,10 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     p.nseg = 0;
     p.sys = 0;
     if (!next_published(q, lc)) return kStop;
+    // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
+    // while this group runs on the peer's GPU) is observed by threads of the other GPU: the
+    // fence after the copy is system-scope (drain()).
+    p.sys = lc.scope;
     const mlx5::WqeReader w(lc.cfg.sq, lc.cfg.sq_log_bb, lc.ci);
     Outcome o = outcome_of(w, lc.ci);
     auto fail = [&](uint8_t syn) -> uint32_t {
@@ -395,7 +409,7 @@ GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
     const bool ok = complete_requester(lc, o);
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
     lc.ci += o.bbs;
-    atom::store_relaxed(&q->sq_ci, lc.ci);
+    atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
     lc.pending -= o.bbs;
     const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
     if (failed || !ok) {
@@ -435,7 +449,10 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
                 for (uint32_t i = 0; i < p.nseg; ++i)
                     stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
                 // RC ordering: this WQE's bytes are visible before the completion and before
-                // any byte of the next WQE.
+                // any byte of the next WQE. System scope when host memory or another GPU's
+                // threads observe them (p.sys: kScopeHost, kScopePeer): a device-scope fence
+                // orders them only for this GPU's threads, and a poller on the other GPU could
+                // see the completion (or the next WQE's flag) before the data.
                 if (stored) atom::fence_release(p.sys != 0);
                 finish(q, lc, p.out);
             }
@@ -453,7 +470,8 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
         for (uint32_t i = 0; i < nseg; ++i) stored |= group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
         // RC ordering: every thread's stores of this WQE are visible (at the scope of
         // the memory written) before the leader completes it and before any byte of the
-        // next WQE is stored.
+        // next WQE is stored. p.sys carries kScopePeer on two GPUs: the poller of the data
+        // (and of the completion that follows) runs on the other GPU, so system scope.
         if (stored) atom::fence_release(p.sys != 0);
         g.sync();
         if (g.leader()) finish(q, lc, p.out);
@@ -462,13 +480,14 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
 
 /// True when the QP has published WQEs that an executor could run now. Relaxed loads: the
 /// caller has just issued a full fence.
-GV_HOST_DEVICE bool has_work(const QpContext* q) {
+GV_HOST_DEVICE bool has_work(const QpContext* q, uint32_t sc) {
+    const bool sys = sc != kScopeGpu;
     uint32_t pi = mlx5::from_be32(atom::load_relaxed(&q->dbrec[MLX5_SND_DBR], q->sys != 0)) & 0xffff;
-    unsigned long long ci = atom::load_relaxed(&q->sq_ci);
+    unsigned long long ci = atom::load_relaxed(&q->sq_ci, sys);
     if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
-    QpState s = load_state_relaxed(q);
+    QpState s = load_state_relaxed(q, sys);
     if (!sends_allowed(s) && !in_error(s)) return false;
-    return !atom::load_relaxed(&q->rnr_waiting) || atom::now_ns() >= q->rnr_deadline;
+    return !atom::load_relaxed(&q->rnr_waiting, sys) || atom::now_ns() >= q->rnr_deadline;
 }
 
 /// Runs a QP's published work if no other group is running it. Called by every thread of
@@ -477,21 +496,27 @@ template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     for (;;) {
         uint32_t got = 0;
+        // On two GPUs (sc = kScopePeer) committers of both GPUs take this lock: the committing
+        // group of a kernel on either GPU, and a receive posted on the peer's GPU retrying this
+        // QP's waiting send (ring_recv). Their hand-off is then system-scope: the fences, the
+        // lock's CAS and its release, and the re-check's loads.
+        uint32_t sc = kScopeGpu;
         if (g.leader()) {
+            sc = state_scope(q);
             // Dekker hand-off with the releasing holder: our doorbell-record store, then
             // this full fence, then the lock read; the holder stores the lock, fences,
             // then reads the record. One of the two sees the other's store.
-            atom::fence_seq_cst();
+            atom::fence_seq_cst(sc != kScopeGpu);
             uint32_t expect = 0;
-            got = atom::cas(&q->lock, expect, 1u) ? 1 : 0;
+            got = rmw_cas(&q->lock, expect, 1u, sc) ? 1 : 0;
         }
         if (!g.bcast(got)) return;  // the holder will run what we published
         uint32_t why = drain(q, g);
         uint32_t again = 0;
         if (g.leader()) {
-            atom::store_release(&q->lock, 0u);
-            atom::fence_seq_cst();
-            again = (why != kRnrWait && has_work(q)) ? 1 : 0;
+            atom::store_release(&q->lock, 0u, sc != kScopeGpu);
+            atom::fence_seq_cst(sc != kScopeGpu);
+            again = (why != kRnrWait && has_work(q, sc)) ? 1 : 0;
         }
         if (!g.bcast(again)) return;
     }
@@ -500,11 +525,12 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
 /// True when a waiter on this QP should drive it: it waits for a receive on the peer, or
 /// it sits in ERROR with WQEs left to flush.
 GV_HOST_DEVICE bool needs_progress(const QpContext* q) {
-    if (atom::load_acquire(&q->rnr_waiting)) return true;
-    if (load_state(q) != QpState::Error) return false;
+    const bool sys = state_scope(q) != kScopeGpu;  // written by executors of either GPU
+    if (atom::load_acquire(&q->rnr_waiting, sys)) return true;
+    if (load_state(q, sys) != QpState::Error) return false;
     uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
-    return ((pi - uint32_t(atom::load_acquire(&q->sq_ci))) & 0xffff) != 0 ||
-           rq_pending(q, atom::load_acquire(&q->rq_ci)) != 0;
+    return ((pi - uint32_t(atom::load_acquire(&q->sq_ci, sys))) & 0xffff) != 0 ||
+           rq_pending(q, atom::load_acquire(&q->rq_ci, sys)) != 0;
 }
 
 }  // namespace gv::detail::soft

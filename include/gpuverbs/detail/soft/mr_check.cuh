@@ -94,6 +94,8 @@ struct LeaderCache {
     unsigned long long ci = 0;  ///< sq_ci as the leader advances it
     QpState state = QpState::Reset;
     bool peer_ok = false;
+    /// state_scope() of the QP: kScopePeer while its peer is on another GPU (read once per drain).
+    uint32_t scope = kScopeGpu;
     QpContext* r = nullptr;
     QpConfig cfg;
     MrCache local, remote;

@@ -15,6 +15,48 @@
 
 namespace gv::detail::soft {
 
+// ---- scopes: who else observes what an executor writes (docs/two-gpus.md) ----------------
+//
+// An executor orders its stores and performs its read-modify-writes at the narrowest scope
+// that includes every agent that observes or updates the same words:
+//   kScopeGpu   GPU memory that only this GPU's threads touch: device scope (cuda::thread_scope_device);
+//   kScopeHost  host memory (a CPU thread or a NIC reads it): system-scope fences; RMWs stay
+//               device-scope operations between them (atom::sys_rmw: CUDA makes no RMW on PCIe
+//               host memory atomic with respect to the CPU or another GPU anyway);
+//   kScopePeer  GPU memory that threads of another GPU also read, write or update (a peer QP on
+//               another GPU, memory of another GPU): system-scope fences AND system-scope RMWs
+//               (cuda::thread_scope_system). Device scope only orders and makes atomic what one
+//               GPU's threads see; NVLink carries native atomics, which system scope asks for.
+// Values combine as bits (a WQE that stores into host memory and into a peer GPU's memory).
+inline constexpr uint32_t kScopeGpu = 0;
+inline constexpr uint32_t kScopeHost = 1;
+inline constexpr uint32_t kScopePeer = 2;
+
+#if defined(__CUDACC__)
+template <typename T>
+__device__ __forceinline__ atom::sys_ref<T> peer_ref(T* p) {
+    return atom::sys_ref<T>(*p);
+}
+#endif
+
+/// fetch_add at `scope` (acquire-release).
+template <typename T>
+GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
+#if GV_DEVICE_CODE
+    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, ::cuda::memory_order_acq_rel);
+#endif
+    return atom::fetch_add(p, v, scope != kScopeGpu);
+}
+
+/// Compare-and-swap at `scope` (acquire-release); the value seen lands in `expected`.
+template <typename T>
+GV_HOST_DEVICE bool rmw_cas(T* p, T& expected, T desired, uint32_t scope) {
+#if GV_DEVICE_CODE
+    if (scope == kScopePeer) return peer_ref(p).compare_exchange_strong(expected, desired, ::cuda::memory_order_acq_rel);
+#endif
+    return atom::cas(p, expected, desired, scope != kScopeGpu);
+}
+
 /// Largest scatter/gather list of one send or receive WQE.
 inline constexpr uint32_t kMaxSge = 8;
 /// Copy segments one WQE can need: a gather list scattered over a receive list.
@@ -29,7 +71,10 @@ struct MrEntry {
     uint32_t key;
     uint32_t pd;
     uint32_t access;  ///< gv::Access bits
-    uint32_t sys;     ///< 1: host memory (stores need system-scope fences)
+    /// kScopeHost: host memory; kScopePeer: memory of another GPU of this process (registered
+    /// on this device through peer access); kScopeGpu: this device's GPU memory. Stores into
+    /// the first two need system-scope fences, RMWs on peer memory system-scope atomics.
+    uint32_t sys;
     uint32_t valid;
     /// 1: the bytes lie in the owner's shared arena (gv::SharedBuffer), which peer processes
     /// map at the same address. Executors of another process touch only such regions.
@@ -50,9 +95,14 @@ struct CqState {
     mlx5_cqe64* cqes;  ///< the user-visible ring, executor pointer
     uint32_t* dbrec;   ///< the ring's doorbell record (consumer index), executor pointer
     uint32_t log_cnt;
-    uint32_t sys;      ///< ring in host memory
+    /// System-scope ordering of the ring, its doorbell record and overrun flag: the ring is host
+    /// memory, or completions come from (or are polled on) another GPU (xgpu).
+    uint32_t sys;
     uint32_t cqn;
-    uint32_t pad;
+    /// 1 once a QP completing into this CQ connected to a peer on another GPU: executors of two
+    /// GPUs then reserve slots in `prod`, a system-scope RMW (sticky: set before that QP's RTR,
+    /// never cleared while the CQ lives).
+    uint32_t xgpu;
     uint32_t* overrun;  ///< flag beside the ring, set once a completion found it full
     unsigned long long prod;  ///< completions produced (slot reservation)
 };
@@ -103,8 +153,15 @@ struct QpContext {
     uint32_t max_inline;
     uint32_t rnr_retry;      ///< 0..7, 7 = retry forever
     uint32_t min_rnr_timer;  ///< 0..31, IB encoding (the delay this QP asks senders for)
-    uint32_t sys;            ///< queues in host memory
+    /// System-scope ordering of the queues and doorbell records: they are host memory, or (xgpu)
+    /// an executor of another GPU reads them (the peer's executor reads this QP's receive queue).
+    uint32_t sys;
     uint32_t remote_qpn;
+    /// 1 while connected to a peer QP on another GPU (set before RTR, cleared by reset): this
+    /// QP's executor fences at system scope, and every RMW it makes on its own or its peer's
+    /// execution state (lock, rq_ci, syndrome, the CQs' producer counters) or on the peer's
+    /// memory (RDMA atomics) is a system-scope one. Read relaxed: configuration.
+    uint32_t xgpu;
     uint8_t* sq;
     uint8_t* rq;
     uint32_t* dbrec;
@@ -127,11 +184,22 @@ struct QpContext {
     Plan plan;
 };
 
+/// The scope of RMWs and fences on q's execution state and its peer's (see kScopePeer):
+/// kScopePeer while q is connected to a QP on another GPU, else kScopeGpu (device state is GPU
+/// memory on a GPU device; on a CPU device scopes do not matter).
+GV_HOST_DEVICE uint32_t state_scope(const QpContext* q) {
+    return atom::load_relaxed(&q->xgpu) ? kScopePeer : kScopeGpu;
+}
+
 /// The QP's state, with acquire ordering (what moved it there, e.g. the syndrome written
-/// before an ERROR, is seen with it).
-GV_HOST_DEVICE QpState load_state(const QpContext* q) { return QpState(atom::load_acquire(&q->state)); }
+/// before an ERROR, is seen with it). sys: system scope (the writer may be on another GPU).
+GV_HOST_DEVICE QpState load_state(const QpContext* q, bool sys = false) {
+    return QpState(atom::load_acquire(&q->state, sys));
+}
 /// The QP's state, relaxed: for callers that have just fenced, or that hold the QP's lock.
-GV_HOST_DEVICE QpState load_state_relaxed(const QpContext* q) { return QpState(atom::load_relaxed(&q->state)); }
+GV_HOST_DEVICE QpState load_state_relaxed(const QpContext* q, bool sys = false) {
+    return QpState(atom::load_relaxed(&q->state, sys));
+}
 /// True in the states where the send queue executes (RTS, SQD).
 GV_HOST_DEVICE bool sends_allowed(QpState s) { return s == QpState::Rts || s == QpState::Sqd; }
 /// True in the states where a QP takes incoming requests (RTR, RTS, SQD).
