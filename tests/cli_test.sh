@@ -81,6 +81,7 @@ table=(
     "gv_probe_path   -                  -         -                                                GPU"
     "gpuverbs_info   --gpu_5000         --device  -                                                -"
     "gv_selftest     --handler_maybe    --size    -                                                -"
+    "gv_proxy_rate   --qps_0            --qps     --posters_gpu                                    --posters_gpu:"
 )
 
 row_of() {

@@ -16,6 +16,25 @@ class BackendOps;
 Context make_context(std::unique_ptr<BackendOps> ops, std::string selection);
 }  // namespace detail
 
+/// The verbs backend (Backend::Verbs): CPU proxy threads read the WQEs kernels and CPU
+/// threads publish in pinned host memory, post them to a libibverbs device and write its
+/// completions back as mlx5 CQEs (docs/verbs.md).
+struct VerbsOptions {
+    /// Proxy threads of the context (at least 1). QPs are assigned to them round-robin when
+    /// created; a thread owns its QPs' rings and device queues. How many a workload needs:
+    /// docs/verbs.md (one thread reads and posts a few million WQEs per second).
+    uint32_t proxy_threads = 1;
+    /// Longest sleep of an idle proxy thread, in microseconds. A thread with work busy-polls;
+    /// idle, it spins a while, then sleeps 1, 2, 4 ... us up to this bound, so the first WQE
+    /// after an idle spell waits at most about this long. 0: never sleeps (a core per
+    /// thread, lowest latency).
+    uint32_t max_idle_sleep_us = 100;
+    /// Port of the device, and the source GID index (-1: RoCE v2 with an IPv4 address first,
+    /// docs/verbs.md; on InfiniBand index 0).
+    uint8_t port = 1;
+    int gid_index = -1;
+};
+
 /// Who rings a ConnectX's doorbell (Backend::Mlx5), as DOCA GPUNetIO and NVSHMEM's IBGDA
 /// let you choose (docs/mlx5.md):
 enum class DoorbellHandler {
@@ -69,6 +88,8 @@ struct ContextOptions {
     /// a GPU device fall back to private GPU memory (usable in this process only), those of
     /// a CPU device fail the same way.
     size_t shared_arena_bytes = 0;
+    /// Backend::Verbs (and Auto when it picks verbs): the proxy threads and the port.
+    VerbsOptions verbs;
     /// Backend::Mlx5 (and Auto when it picks mlx5): the doorbell handler, the read flush,
     /// the port and GID.
     Mlx5Options mlx5;
@@ -86,7 +107,7 @@ public:
     Backend backend() const;
     /// GPU the work executes on, or -1 for CPU threads.
     int gpu() const;
-    /// Human-readable name of the opened device ("soft-cpu", "soft-gpu0", "mlx5_0").
+    /// Human-readable name of the opened device ("soft-cpu", "soft-gpu0", "mlx5_0", "rxe0").
     std::string name() const;
     /// Which backend was opened and why, in a sentence (for Backend::Auto: what it found,
     /// e.g. "Backend::Auto chose soft: no RDMA device present: the software RDMA device").

@@ -109,7 +109,9 @@ public:
     void reset();
 
     QpEndpoint endpoint() const;
-    /// INIT -> RTR -> RTS against a peer's endpoint, with default attributes.
+    /// INIT -> RTR -> RTS against a peer's endpoint, with default attributes: the peer's QPN,
+    /// PSN (as rq_psn), LID and GID, the smaller MTU, and this QP's own endpoint PSN as
+    /// sq_psn (the one the peer took as its rq_psn; rts.sq_psn is ignored).
     void connect(const QpEndpoint& peer, const InitAttr& init = {}, RtrAttr rtr = {},
                  const RtsAttr& rts = {});
 

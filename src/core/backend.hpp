@@ -127,6 +127,16 @@ std::string check_endpoint_extra(Backend backend, const EndpointExtra& extra);
 // ---- opening a backend -------------------------------------------------------------------
 
 std::unique_ptr<BackendOps> open_soft(int gpu, size_t arena_bytes = 0);
+/// Opens the verbs backend on the libibverbs device `device` ("" = the first one): the
+/// proxy threads start. NotSupported, saying what is missing and the fix, without any RDMA
+/// device. gpu >= 0: queues are pinned host memory mapped for that GPU's kernels.
+std::unique_ptr<BackendOps> open_verbs(const std::string& device, int gpu, const VerbsOptions& options);
+namespace verbs {
+class Provider;
+}
+/// The verbs backend over any Provider (src/verbs/port.hpp): the device, or the sink.
+std::unique_ptr<BackendOps> open_verbs_on(std::unique_ptr<verbs::Provider> provider, int gpu,
+                                          const VerbsOptions& options);
 /// Opens a ConnectX through mlx5dv and DevX (src/mlx5/, docs/mlx5.md); throws NotSupported
 /// with the reason when impossible.
 std::unique_ptr<BackendOps> open_mlx5(const std::string& device, int gpu, const Mlx5Options& options = {});

@@ -70,7 +70,7 @@ BackendFacts probe_backend_facts() {
         f.mlx5_gpu_queues = f.mlx5_why_not.empty();
         break;
     }
-    f.verbs_backend = false;
+    f.verbs_backend = true;
     return f;
 }
 

@@ -57,9 +57,7 @@ Context::Context(const ContextOptions& o) : impl_(std::make_shared<Impl>()) {
         case Backend::Auto: break;  // resolved above
         case Backend::Soft: impl_->ops = detail::open_soft(gpu, o.shared_arena_bytes); break;
         case Backend::Mlx5: impl_->ops = detail::open_mlx5(device, gpu, o.mlx5); break;
-        case Backend::Verbs:
-            throw NotSupported("backend verbs (CPU proxy over any libibverbs device) is not implemented "
-                               "in this version; use Backend::Soft");
+        case Backend::Verbs: impl_->ops = detail::open_verbs(device, gpu, o.verbs); break;
     }
     const std::string details = impl_->ops->details();
     if (!details.empty()) impl_->selection += "; " + details;
@@ -308,7 +306,10 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     QpEndpoint me = endpoint();
     GV_REQUIRE(peer.backend == me.backend, std::string("cannot connect a ") + backend_name(me.backend) +
                                                " QP to a " + backend_name(peer.backend) + " QP");
-    GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
+    // A software device reaches only QPs of the same device (of this process or, through its
+    // arena, of another); a NIC's peer is on another device, usually of another host.
+    if (me.backend == Backend::Soft)
+        GV_REQUIRE(peer.device == me.device, "cannot connect a QP on " + me.device + " to one on " + peer.device);
     if (state() == QpState::Reset) to_init(init);
     rtr.remote_qpn = peer.qpn;
     rtr.rq_psn = peer.psn;
@@ -317,7 +318,10 @@ void QueuePair::connect(const QpEndpoint& peer, const InitAttr& init, RtrAttr rt
     rtr.dgid = peer.gid;
     rtr.remote_extra = peer.extra;
     to_rtr(rtr);
-    to_rts(rts);
+    // The peer expects our packets from our endpoint's PSN (it used it as its rq_psn).
+    RtsAttr r = rts;
+    r.sq_psn = me.psn;
+    to_rts(r);
 }
 
 }  // namespace gv

@@ -125,6 +125,7 @@ struct Step {
     uint32_t sge, nsge;  ///< PostSge / PostRecv: entries of the run's Sge table
     uint32_t out;        ///< waits and polls: first slot of the run's completion table
     gv::Status expect;   ///< the status the call must return; anything else stops the lane
+    uint32_t expect_also;  ///< more statuses accepted, as bits (1 << status); 0: only `expect`
     uint32_t sys;        ///< memory steps: the memory is host memory (system-scope atomics)
 };
 
@@ -327,7 +328,8 @@ TRAFFIC_HD void run_lane(const RunView& v, uint32_t lane, const L& g) {
         } else if (g.leader()) {
             detail::leader_step(v, s, r);
         }
-        const bool stop = g.bcast((r.status != s.expect || (s.op == Op::Check && r.count != 0)) ? 1 : 0) != 0;
+        const bool accepted = r.status == s.expect || ((s.expect_also >> uint32_t(r.status)) & 1u) != 0;
+        const bool stop = g.bcast((!accepted || (s.op == Op::Check && r.count != 0)) ? 1 : 0) != 0;
         if (g.leader()) v.results[i] = r;
         if (stop) {
             if (g.leader()) {

@@ -1,6 +1,7 @@
 // The host control path on CPU threads: contexts, memory registration, the QP state machine
 // and its attribute checks.
 #include "control_path_util.hpp"
+#include "core/backend.hpp"
 #include "proc_util.hpp"
 
 using namespace gv;
@@ -45,10 +46,17 @@ TEST(ControlPathContext, Mlx5WithoutConnectXIsNotSupported) {
     EXPECT_HAS(m, "found");
 }
 
-TEST(ControlPathContext, VerbsIsNotSupported) {
+TEST(ControlPathContext, VerbsWithoutDeviceIsNotSupported) {
+    std::vector<std::string> names;
+    std::vector<bool> mlx5;
+    gv::detail::list_rdma_devices(&names, &mlx5);
+    if (!names.empty()) GTEST_SKIP() << "an RDMA device (" << names[0] << ") is present on this machine";
+    // At once, saying what is missing and the fix.
     std::string m = THROWN(NotSupported, Context(ContextOptions{Backend::Verbs, -1}));
-    EXPECT_HAS(m, "verbs");
-    EXPECT_HAS(m, "not implemented");
+    EXPECT_HAS(m, "Backend::Verbs needs an RDMA device");
+    EXPECT_HAS(m, "no RDMA device");
+    EXPECT_HAS(m, "rdma_rxe");        // how to get one
+    EXPECT_HAS(m, "Backend::Soft");   // or what to use instead
 }
 
 // Asks CUDA how many GPUs there are: in a child process, so that this CPU test process never

@@ -1,11 +1,14 @@
 // gv_verbs_two_hosts: one side of the two-"host" test (tests/verbs/two_hosts.sh runs a server
 // and a client, each on its own rxe device). The sides swap QP and memory records over
-// gv::oob, connect RC QPs with the verbs control layer, and run WRITE, READ, SEND (both ways)
-// and fetch-add between them; each side checks every byte it can see, and the server reports
-// what it found to the client over the channel. Every wait is bounded; exit 0 = all checked.
+// gv::oob, connect RC QPs, and run WRITE, READ, SEND (both ways) and atomics between them;
+// each side checks every byte it can see, and the server reports what it found to the client
+// over the channel. Every wait is bounded; exit 0 = all checked. Two APIs:
+//   --api control   the verbs control layer and ibv_post_send directly (the default)
+//   --api gpuverbs  gpuverbs objects of Backend::Verbs (Context, QueuePair, MemoryRegion) and
+//                   the gv::dev calls a kernel makes, executed by the proxy thread
 //
 //   gv_verbs_two_hosts --role server|client --device NAME --address IP [--port N]
-//                      [--gid-index N] [--timeout-ms N]
+//                      [--gid-index N] [--timeout-ms N] [--api control|gpuverbs]
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "gpuverbs/device.cuh"
+#include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/oob.hpp"
 #include "verbs/verbs.hpp"
 
@@ -37,7 +42,7 @@ constexpr uint64_t kCounterStart = 100;
 uint8_t pattern(char side, size_t i) { return uint8_t((side == 's' ? 0x31 : 0x77) + i * 13 + (i >> 9)); }
 
 struct Options {
-    std::string role, device, address;
+    std::string role, device, address, api = "control";
     uint16_t port = 18515;
     int gid_index = -1;
     int timeout_ms = 30000;
@@ -63,10 +68,12 @@ Options parse(int argc, char** argv) {
         else if (a == "--port") o.port = uint16_t(std::atoi(val.c_str()));
         else if (a == "--gid-index") o.gid_index = std::atoi(val.c_str());
         else if (a == "--timeout-ms") o.timeout_ms = std::atoi(val.c_str());
+        else if (a == "--api") o.api = val;
         else usage(("unknown option " + a).c_str());
     }
     if (o.role != "server" && o.role != "client") usage("--role must be server or client");
     if (o.device.empty() || o.address.empty()) usage("--device and --address are required");
+    if (o.api != "control" && o.api != "gpuverbs") usage("--api must be control or gpuverbs");
     return o;
 }
 
@@ -246,12 +253,153 @@ int run(const Options& o) {
     return 0;
 }
 
+// ---- the same through gpuverbs: Backend::Verbs and the gv::dev calls ----------------------
+
+constexpr size_t kPut = 3 * kBlock + 64;  // put-with-signal's data (client -> server)
+constexpr size_t kPutLen = 512;
+constexpr size_t kTotalGv = kPut + kPutLen;
+
+/// Waits for one completion of the QP's send or receive CQ and expects success.
+gv::Completion wait_one(const gv::dev::QpHandle& h, bool recv, int timeout_ms, const char* what) {
+    gv::Completion c{};
+    const uint64_t ns = uint64_t(timeout_ms) * 1000000ull;
+    const gv::Status st = recv ? gv::dev::wait_recv(h, 1, &c, ns) : gv::dev::wait_send(h, 1, &c, ns);
+    check(st == gv::Status::Ok, std::string(what) + ": " + gv::status_name(st) + " (" + gv::mlx5::syndrome_name(c.status) + ")");
+    return c;
+}
+
+void commit(const gv::dev::QpHandle& h, const char* what) {
+    const gv::Status st = gv::dev::commit(h);
+    check(st == gv::Status::Ok, std::string(what) + ": commit returned " + gv::status_name(st));
+}
+
+int run_gpuverbs(const Options& o) {
+    const bool server = o.role == "server";
+    const char me = server ? 's' : 'c', peer_side = server ? 'c' : 's';
+    gv::ContextOptions co;
+    co.backend = gv::Backend::Verbs;
+    co.gpu = -1;
+    co.device = o.device;
+    co.verbs.gid_index = o.gid_index;
+    gv::Context ctx(co);
+    gv::ProtectionDomain pd(ctx);
+    gv::CompletionQueue scq(ctx, gv::CqOptions{256}), rcq(ctx, gv::CqOptions{256});
+    gv::QpOptions qo;
+    qo.send_cq = &scq;
+    qo.recv_cq = &rcq;
+    qo.sq_depth = 64;
+    qo.rq_depth = 16;
+    gv::QueuePair qp(pd, qo);
+    std::vector<uint8_t> buf(kTotalGv, 0);
+    for (size_t i = 0; i < kBlock; ++i) buf[kSrc + i] = pattern(me, i);
+    uint64_t counter = server ? kCounterStart : 0;
+    std::memcpy(&buf[kCounter], &counter, 8);
+    gv::MemoryRegion mr(pd, buf.data(), buf.size(), gv::kAllAccess);
+    const uint64_t base = reinterpret_cast<uintptr_t>(buf.data());
+
+    gv::oob::Channel ch;
+    if (server) {
+        gv::oob::Listener l = gv::oob::Channel::listen(o.port, o.address);
+        ch = l.accept(o.timeout_ms);
+    } else {
+        ch = gv::oob::Channel::connect(o.address, o.port, o.timeout_ms);
+    }
+    gv::oob::Exchanged ex = ch.exchange(gv::Backend::Verbs, {qp.endpoint()}, {mr.remote()}, o.timeout_ms);
+    check(ex.qps.size() == 1 && ex.buffers.size() == 1, "the peer sent other than one QP and one buffer");
+    const gv::QpEndpoint& pe = ex.qps[0];
+    const gv::RemoteBuffer& rb = ex.buffers[0];
+    std::printf("%s (gpuverbs): %s qpn 0x%x  <->  peer %s qpn 0x%x psn 0x%x\n", o.role.c_str(), ctx.name().c_str(),
+                qp.qpn(), pe.device.c_str(), pe.qpn, pe.psn);
+    check(pe.device != ctx.name(), "the peer uses the same device " + ctx.name() + ": not two hosts");
+    check(ctx.backend() == gv::Backend::Verbs && pe.backend == gv::Backend::Verbs, "not a verbs pair");
+    qp.connect(pe);
+    const gv::dev::QpHandle h = qp.device_handle();
+    // The receive for the peer's SEND, posted before the peer hears 'ready' (the proxy posts it
+    // to the device as soon as it sees it; it takes receives from INIT on).
+    check(gv::dev::recv(h, &buf[kRecv], uint32_t(kBlock), mr.lkey()) == gv::Status::Ok, "posting the receive");
+    ch.send_message(bytes("ready"), o.timeout_ms);
+    check(text(ch.recv_message(o.timeout_ms)) == "ready", "the peer did not say ready");
+
+    check(gv::dev::send(h, &buf[kSrc], uint32_t(kSendLen), mr.lkey()) == gv::Status::Ok, "posting the SEND");
+    commit(h, "SEND");
+    wait_one(h, false, o.timeout_ms, "SEND");
+    gv::Completion rc = wait_one(h, true, o.timeout_ms, "the peer's SEND");
+    check(rc.cqe_opcode == MLX5_CQE_RESP_SEND && rc.byte_len == kSendLen,
+          "RECV completion of opcode " + std::to_string(rc.cqe_opcode) + ", " + std::to_string(rc.byte_len) + " bytes");
+    std::string d = first_difference(&buf[kRecv], peer_side, 0, kSendLen);
+    check(d.empty(), "the peer's SEND: " + d);
+    std::printf("%s (gpuverbs): SEND/RECV %zu bytes both ways: ok\n", o.role.c_str(), kSendLen);
+
+    const uint64_t expect_counter = kCounterStart + 10;  // two fetch-adds of 5
+    if (server) {
+        std::string m = text(ch.recv_message(o.timeout_ms));
+        check(m == "client-done", "the client said '" + m + "'");
+        std::string verdict = "ok";
+        d = first_difference(&buf[kWritten], 'c', 0, kBlock);
+        if (!d.empty()) verdict = "WRITE: " + d;
+        std::memcpy(&counter, &buf[kCounter], 8);
+        // fetch-add 5 twice, compare-swap (expected value) to 1000, put-with-signal adds 1.
+        if (verdict == "ok" && counter != 1001)
+            verdict = "atomics: counter " + std::to_string(counter) + ", expected 1001";
+        if (verdict == "ok") {
+            d = first_difference(&buf[kPut], 'c', 100, kPutLen);
+            if (!d.empty()) verdict = "put-with-signal's data: " + d;
+        }
+        if (verdict == "ok") {
+            d = first_difference(&buf[kSrc], 's', 0, kBlock);
+            if (!d.empty()) verdict = "source after READ: " + d;
+        }
+        ch.send_message(bytes(verdict), o.timeout_ms);
+        check(verdict == "ok", verdict);
+        std::printf("server (gpuverbs): the client's WRITE, fetch-adds, compare-swap and put-with-signal verified\n");
+    } else {
+        check(gv::dev::write(h, &buf[kSrc], uint32_t(kBlock), mr.lkey(), rb.addr + kWritten, rb.rkey) == gv::Status::Ok,
+              "posting the WRITE");
+        commit(h, "WRITE");
+        wait_one(h, false, o.timeout_ms, "WRITE");
+        check(gv::dev::read(h, &buf[kWritten], uint32_t(kBlock), mr.lkey(), rb.addr + kSrc, rb.rkey) == gv::Status::Ok,
+              "posting the READ");
+        commit(h, "READ");
+        wait_one(h, false, o.timeout_ms, "READ");
+        d = first_difference(&buf[kWritten], 's', 0, kBlock);
+        check(d.empty(), "READ of the server's block: " + d);
+        std::printf("client (gpuverbs): WRITE %zu bytes, READ %zu bytes: ok\n", kBlock, kBlock);
+        auto* old = reinterpret_cast<uint64_t*>(&buf[kCounter + 8]);
+        for (uint64_t k = 0; k < 2; ++k) {
+            check(gv::dev::fetch_add(h, old, mr.lkey(), rb.addr + kCounter, rb.rkey, 5) == gv::Status::Ok, "fetch-add");
+            commit(h, "fetch-add");
+            wait_one(h, false, o.timeout_ms, "fetch-add");
+            check(*old == kCounterStart + 5 * k, "fetch-add returned " + std::to_string(*old));
+        }
+        check(gv::dev::compare_swap(h, old, mr.lkey(), rb.addr + kCounter, rb.rkey, expect_counter, 1000) ==
+                  gv::Status::Ok,
+              "compare-swap");
+        commit(h, "compare-swap");
+        wait_one(h, false, o.timeout_ms, "compare-swap");
+        check(*old == expect_counter, "compare-swap returned " + std::to_string(*old));
+        // Put with signal: the data, then the signal word's fetch-add, in order.
+        check(gv::dev::put_signal(h, &buf[kSrc + 100], uint32_t(kPutLen), mr.lkey(), rb.addr + kPut, rb.rkey, old,
+                                  mr.lkey(), rb.addr + kCounter, rb.rkey, 1) == gv::Status::Ok,
+              "put-with-signal");
+        commit(h, "put-with-signal");
+        wait_one(h, false, o.timeout_ms, "put-with-signal");
+        check(*old == 1000, "put-with-signal's fetch-add returned " + std::to_string(*old));
+        std::printf("client (gpuverbs): fetch-add x2, compare-swap, put-with-signal: ok\n");
+        ch.send_message(bytes("client-done"), o.timeout_ms);
+        std::string verdict = text(ch.recv_message(o.timeout_ms));
+        check(verdict == "ok", "the server found: " + verdict);
+    }
+    std::printf("%s (gpuverbs): PASS\n", o.role.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     alarm(unsigned(o.timeout_ms / 1000 * 3 + 10));  // never outlive a broken peer
     try {
+        if (o.api == "gpuverbs") return run_gpuverbs(o);
         return run(o);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: FAIL: %s\n", o.role.c_str(), e.what());

@@ -6,7 +6,8 @@
 //   soft   the group that rings executes the QP's published WQEs (detail/soft/)
 //   mlx5   the NIC is told through its doorbell register (detail/mlx5/)
 //   verbs  nothing: the proxy thread watches the doorbell records and posts what they
-//          publish to the verbs device
+//          publish to the verbs device; the state the proxy publishes (VerbsQpPart) answers
+//          the status and the ERROR query, as the software device's own state does
 #pragma once
 
 #include "gpuverbs/detail/group.cuh"
@@ -15,6 +16,23 @@
 
 namespace gv::detail {
 
+namespace verbs_db {
+/// The state the host and the proxy published for a verbs QP. Acquire at system scope: it is
+/// pinned host memory written by CPU threads.
+GV_HOST_DEVICE QpState state(const dev::QpHandle& qp) {
+    return qp.verbs.state ? QpState(atom::load_acquire(qp.verbs.state, true)) : QpState::Reset;
+}
+/// After the doorbell record moved: the proxy picks the WQEs up. The status is the software
+/// device's: QpError in ERROR (the work completes flushed), QpNotReady before RTS (it is held
+/// until RTS).
+GV_HOST_DEVICE Status ring_send(const dev::QpHandle& qp) {
+    const QpState s = state(qp);
+    if (s == QpState::Error) return Status::QpError;
+    if (s != QpState::Rts && s != QpState::Sqd) return Status::QpNotReady;
+    return Status::Ok;
+}
+}  // namespace verbs_db
+
 /// The send doorbell record was moved forward by the group's leader (`lead`); every thread
 /// of the group (scope S) calls this.
 template <Scope S, typename G>
@@ -22,7 +40,7 @@ GV_HOST_DEVICE Status ring_send(const dev::QpHandle& qp, const G& g, bool lead) 
     switch (qp.backend) {
         case Backend::Soft: return soft::ring_send(qp, g);
         case Backend::Mlx5: return lead ? mlx5db::ring_send(qp) : Status::Ok;
-        case Backend::Verbs: return Status::Ok;
+        case Backend::Verbs: return verbs_db::ring_send(qp);
         case Backend::Auto: break;
     }
     return Status::InvalidArgument;
@@ -53,10 +71,11 @@ GV_HOST_DEVICE const dev::Mlx5Flush* flush_target(const dev::QpHandle& qp) {
     return qp.backend == Backend::Mlx5 ? qp.mlx5.flush : nullptr;
 }
 
-/// Whether the device side can see the QP in ERROR. Only the software device keeps the QP
-/// state where a kernel can read it; on mlx5 and verbs the state lives in the NIC (an error
-/// shows as an error completion), so this is false there.
+/// Whether the device side can see the QP in ERROR. The software device keeps the QP state
+/// where a kernel can read it, and the verbs proxy publishes it there; on mlx5 the state
+/// lives in the NIC (an error shows as an error completion), so this is false there.
 GV_HOST_DEVICE bool in_error(const dev::QpHandle& qp) {
+    if (qp.backend == Backend::Verbs) return verbs_db::state(qp) == QpState::Error;
     return qp.backend == Backend::Soft && soft::in_error(qp);
 }
 

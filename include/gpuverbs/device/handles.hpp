@@ -142,6 +142,16 @@ struct Mlx5QpPart {
     const Mlx5Flush* flush;
 };
 
+/// The verbs backend's part of a QP handle: where the proxy thread publishes the QP's state,
+/// so that device code sees what the software device shows (commit's QpNotReady / QpError,
+/// qp_in_error). Pinned host memory, written by CPU threads only (the host's transitions and
+/// the proxy), read by kernels and CPU threads with acquire loads.
+struct VerbsQpPart {
+    /// A gv::QpState value: the state the QP was last moved to by the host, or ERROR once the
+    /// proxy saw it fail (an error completion, a malformed WQE, a lost completion).
+    const uint32_t* state;
+};
+
 /// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
 /// CQs and context) alive while any kernel or thread uses it.
 struct QpHandle {
@@ -151,6 +161,7 @@ struct QpHandle {
     Backend backend;  ///< which part below is meaningful
     SoftQpPart soft;
     Mlx5QpPart mlx5;
+    VerbsQpPart verbs;
 };
 static_assert(std::is_trivially_copyable_v<QpHandle>);
 

@@ -79,7 +79,10 @@ GV_HOST_DEVICE Status wait_recv(const QpHandle& qp, uint32_t n, Completion* out 
 /// behind the failure), which wait_send / wait_recv collect. Thread scope, never waits,
 /// cheap enough for every turn of a spin loop. What can be known depends on the backend:
 ///   soft          the device's own QP state, read where it lives (exact);
-///   mlx5, verbs   always false: the state lives in the NIC, with no copy a GPU can read.
+///   verbs         the state the proxy thread publishes in pinned host memory: ERROR once the
+///                 host moved the QP there or the proxy saw it fail (an error completion, a
+///                 malformed WQE), at the latest when it writes the error CQE;
+///   mlx5          always false: the state lives in the NIC, with no copy a GPU can read.
 ///                 There an error shows only as an error completion (the QP is then in ERROR).
 /// Also false for a default-constructed handle, and for a CPU thread holding the handle of a
 /// software device bound to a GPU (its state is GPU memory: ask QueuePair::state()).

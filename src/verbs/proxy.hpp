@@ -1,0 +1,196 @@
+// The verbs proxy: CPU threads that read the mlx5 WQEs kernels and CPU threads publish in
+// pinned host memory, post them as verbs work requests (through a Port: a libibverbs device,
+// or the sink of the tests), poll the device's completions and write mlx5 CQEs back into the
+// rings device code polls. docs/verbs.md ("The verbs backend") describes the loop, its
+// memory ordering, backpressure and shutdown.
+//
+// Ownership: a QP belongs to one proxy thread (assigned round-robin when it is created):
+// that thread alone reads its rings, posts its work requests and polls its device CQ (each
+// QP has a device CQ of its own). Several threads may complete into one user-visible CQ
+// (QPs of different threads sharing it): its producer index is an atomic counter, as in the
+// software device (CqRing::push), and each QP's completions are written by its one thread,
+// so they stay in order.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpuverbs/device/handles.hpp"
+#include "gpuverbs/mlx5/cqe.cuh"
+#include "verbs/port.hpp"
+#include "verbs/translate.hpp"
+
+namespace gv::detail::verbs {
+
+/// The producer side of a user-visible CQ ring (the memory layout of the software device's
+/// CQs: 64-byte CQEs, then the doorbell record whose first word is the pollers' consumer
+/// index, then the overrun flag).
+struct CqRing {
+    mlx5_cqe64* cqes = nullptr;
+    uint32_t* dbrec = nullptr;
+    uint32_t* overrun = nullptr;
+    uint32_t log_cnt = 0;
+    /// Completions produced (slots handed out); CPU threads only, so a real atomic.
+    std::atomic<unsigned long long> prod{0};
+
+    /// Writes one CQE (any thread). False when the ring is full: the completion is lost and
+    /// the overrun flag set, as the software device does.
+    bool push(const mlx5::CqeFields& f);
+};
+
+/// What the proxy counts (relaxed counters, for rates and tests).
+struct ProxyStats {
+    uint64_t send_wqes = 0;     ///< send WQEs read from rings (posted, NOPs, malformed)
+    uint64_t send_wrs = 0;      ///< send work requests posted
+    uint64_t recv_wrs = 0;      ///< receive work requests posted
+    uint64_t post_calls = 0;    ///< ibv_post_send / ibv_post_recv calls (lists)
+    uint64_t completions = 0;   ///< work completions polled from the device
+    uint64_t cqes = 0;          ///< CQEs written into user-visible rings
+    uint64_t backpressure = 0;  ///< times a QP's WQEs were held back: the verbs QP was full
+    uint64_t loops = 0;
+    uint64_t sleeps = 0;
+};
+
+/// One QP as its proxy thread sees it. The host object (verbs_backend.cpp) fills the first
+/// part before attaching it; the rest belongs to the owning thread while attached.
+struct ProxyQp {
+    // ---- set by the host object, read-only for the proxy ----
+    Port* port = nullptr;
+    dev::QpQueues q{};
+    uint32_t rq_stride = 0;
+    CqRing* scq = nullptr;
+    CqRing* rcq = nullptr;
+    /// The words of VerbsQpPart: the QP's state (the host's transitions; the proxy writes
+    /// ERROR), and the syndrome that moved it to ERROR (the first; 0: the user did).
+    uint32_t* state = nullptr;
+    uint32_t* syndrome = nullptr;
+    uint32_t max_send_wr = 1;   ///< work requests in flight at most (what the QP was granted)
+    uint32_t max_recv_wr = 1;
+    uint32_t max_send_sge = 1;  ///< granted
+    uint32_t max_recv_sge = 1;
+    uint32_t sig_interval = 1;  ///< an unsignaled run is signaled internally at this length
+
+    // ---- the owning thread's ----
+    /// A WQE read from the send ring and not yet completed, in ring order.
+    struct Track {
+        uint64_t pos;
+        uint32_t bbs;
+        uint32_t byte_len;
+        SendKind kind;
+        uint8_t opcode;
+        uint8_t syndrome;  ///< Malformed
+        bool user_signaled;
+        bool oversize;     ///< Malformed: larger than what was published
+    };
+    std::vector<Track> track;  ///< ring of 2^q.sq_log_bb entries (one WQEBB at least each)
+    uint64_t head = 0, tail = 0;
+    uint64_t sq_ci = 0;          ///< next send WQEBB to read
+    uint32_t send_inflight = 0;  ///< posted work requests not known complete
+    uint32_t unsignaled = 0;     ///< posted since the last signaled one
+    bool halted = false;         ///< a malformed WQE waits in `track`: nothing after it is posted
+    uint64_t rq_ci = 0;          ///< next receive WQE to read
+    uint32_t recv_inflight = 0;
+    bool error = false;          ///< ERROR seen: everything left completes flushed
+    int thread = -1;             ///< the owning thread (Proxy::attach)
+
+    /// Back to the start (a new QP, or after QueuePair::reset()).
+    void reset_progress();
+};
+
+class ProxyThread;
+
+/// A context's proxy threads.
+class Proxy {
+public:
+    /// threads >= 1; max_idle_sleep_us bounds an idle thread's sleep (0: it never sleeps).
+    Proxy(uint32_t threads, uint32_t max_idle_sleep_us);
+    /// Stops every thread (after the QPs detached: they complete or flush what they can
+    /// first, see ProxyThread::run).
+    ~Proxy();
+    Proxy(const Proxy&) = delete;
+    Proxy& operator=(const Proxy&) = delete;
+
+    /// Hands a QP to a thread (round-robin). Returns once that thread has it.
+    void attach(ProxyQp* qp);
+    /// Takes a QP back. Returns once its thread no longer touches it (synchronous).
+    void detach(ProxyQp* qp);
+    /// Wakes the QP's thread if it sleeps (a host waiter found nothing to poll).
+    void kick(const ProxyQp* qp);
+    uint32_t threads() const { return uint32_t(threads_.size()); }
+    ProxyStats stats() const;
+
+private:
+    std::vector<std::unique_ptr<ProxyThread>> threads_;
+    std::atomic<uint32_t> next_{0};
+};
+
+/// Work requests one proxy step posts per QP at most (the batch arrays are this long).
+inline constexpr uint32_t kProxyBatch = 32;
+
+/// One proxy thread: its QPs and the fixed batch arrays its posts and polls use.
+class ProxyThread {
+public:
+    ProxyThread(int index, uint32_t max_idle_sleep_us);
+    ~ProxyThread();
+    void attach(ProxyQp* qp);
+    void detach(ProxyQp* qp);
+    void kick();
+    ProxyStats stats() const;
+
+    /// One step of one QP (tests drive it without a thread through run_once): completions,
+    /// receives, sends. Returns how much it did (0: idle).
+    size_t step(ProxyQp& p);
+
+private:
+    void run();
+    bool apply_changes();
+
+    size_t poll(ProxyQp& p);
+    void on_send(ProxyQp& p, const ibv_wc& wc);
+    void on_recv(ProxyQp& p, const ibv_wc& wc);
+    size_t post_sends(ProxyQp& p, QpState st);
+    size_t post_recvs(ProxyQp& p, QpState st);
+    size_t flush_sends(ProxyQp& p);
+    size_t flush_recvs(ProxyQp& p);
+    void complete_head(ProxyQp& p);
+    void complete_implicit(ProxyQp& p, const ProxyQp::Track& e, uint8_t syndrome);
+    void rewind_sends(ProxyQp& p, const ibv_send_wr* bad, int rc);
+    void enter_error(ProxyQp& p, uint8_t syndrome, bool move_device);
+    void push(ProxyQp& p, CqRing* cq, const mlx5::CqeFields& f);
+
+    const int index_;
+    const uint32_t max_idle_sleep_us_;
+    std::vector<ProxyQp*> qps_;  // the thread's own list
+
+    // Attach / detach requests, applied by the thread at the top of its loop.
+    std::mutex mu_;
+    std::condition_variable cv_;       // wakes the thread (requests, kicks, stop)
+    std::condition_variable done_cv_;  // tells requesters their change was applied
+    std::vector<ProxyQp*> adds_, removes_;
+    uint64_t requested_ = 0, applied_ = 0;
+    std::atomic<bool> changes_{false};
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> sleeping_{false};
+    bool kicked_ = false;
+
+    // Counters (written by the thread, read by anyone).
+    struct Counters {
+        std::atomic<uint64_t> send_wqes{0}, send_wrs{0}, recv_wrs{0}, post_calls{0}, completions{0}, cqes{0},
+            backpressure{0}, loops{0}, sleeps{0};
+    } ctr_;
+
+    // Fixed batch arrays (bounded memory whatever the load).
+    std::unique_ptr<SendSlot[]> sslot_;
+    std::unique_ptr<RecvSlot[]> rslot_;
+    std::unique_ptr<uint8_t[]> inline_;
+    std::unique_ptr<ibv_wc[]> wc_;
+
+    std::thread thread_;
+};
+
+}  // namespace gv::detail::verbs
