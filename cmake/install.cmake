@@ -76,7 +76,8 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/package/pkgconfig/gpuverbs.pc
 
 # The documentation, and the consumer example (a project of its own: examples/consumer).
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)
+# The design notes and their figures; not perf-logs/ (raw logs of measurement runs).
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc PATTERN perf-logs EXCLUDE)
 install(DIRECTORY examples/consumer DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT doc
   PATTERN "build*" EXCLUDE)
 
@@ -101,17 +102,20 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 # Dependencies, as Debian/Ubuntu name them: libibverbs1 (libibverbs.so.1) and ibverbs-providers
-# (libmlx5.so.1); with CUDA, NVIDIA's CUDA runtime package for the major version built against
-# (cuda-cudart-13-0 for CUDA 13.0: NVIDIA's CUDA repository, not Debian's). Building against
-# the headers needs libibverbs-dev too (infiniband/mlx5dv.h), hence the recommendation.
+# (libmlx5.so.1). With CUDA, the package holding libcudart.so.MAJOR, which libgpuverbs.so needs:
+# in NVIDIA's CUDA repository (the usual source on GPU machines) cuda-cudart-MAJOR-MINOR for the
+# toolkit built with; Debian and Ubuntu (non-free / multiverse) name it libcudartMAJOR
+# (libcudart12 there today). Either satisfies the dependency. Building against the headers also
+# needs libibverbs-dev (infiniband/mlx5dv.h), hence the recommendations.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libibverbs1, ibverbs-providers")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libibverbs-dev, pkg-config")
 if(GV_HAVE_CUDA)
-  set(GV_DEB_CUDART "cuda-cudart-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}"
-      CACHE STRING "The Debian package of the CUDA runtime the .deb depends on")
+  set(GV_DEB_CUDART
+      "cuda-cudart-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR} | libcudart${CUDAToolkit_VERSION_MAJOR}"
+      CACHE STRING "The .deb's dependency on the CUDA runtime (Debian package names)")
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", ${GV_DEB_CUDART}")
-  string(REPLACE "cuda-cudart-" "cuda-cudart-dev-" GV_DEB_CUDART_DEV "${GV_DEB_CUDART}")
-  string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS ", ${GV_DEB_CUDART_DEV}")
+  string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS
+         ", cuda-cudart-dev-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
 endif()
 # dpkg-shlibdeps adds the versioned dependencies it derives from the binaries (libc6,
 # libstdc++6, libgcc-s1, libibverbs1 and ibverbs-providers with their minimum versions). Not
@@ -126,6 +130,10 @@ else()
 endif()
 option(GV_DEB_SHLIBDEPS "Let dpkg-shlibdeps add the .deb's versioned library dependencies" ${GV_DEB_SHLIBDEPS_DEFAULT})
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ${GV_DEB_SHLIBDEPS})
+if(NOT GV_DEB_SHLIBDEPS)
+  # What dpkg-shlibdeps would have added, unversioned: the C and C++ runtimes.
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libc6, libstdc++6, libgcc-s1")
+endif()
 # A shlibs file for libgpuverbs.so.*, and the ldconfig trigger.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
