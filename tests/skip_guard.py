@@ -89,7 +89,7 @@ def check_tests(build):
             if not any(re.search(r, GTEST_SKIP_LINE) for r in regex):
                 bad.append(f"{name}: runs a GoogleTest binary ({os.path.basename(cmd[0])}) without a "
                            "SKIP_REGULAR_EXPRESSION matching \"[  SKIPPED ]\": a GTEST_SKIP() would count as "
-                           "passed (add SKIP_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\")")
+                           "passed (add SKIP_REGULAR_EXPRESSION \"${GV_GTEST_SKIPPED}\" of tests/CMakeLists.txt)")
         elif script_can_skip(cmd):
             scripts += 1
             if prop(t, "SKIP_RETURN_CODE") != 77:

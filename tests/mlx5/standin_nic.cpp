@@ -103,7 +103,10 @@ public:
         ring_.rq = wq_.at(0);
         ring_.sq = wq_.at(rq_bytes);
         if (r.dbrec_host) {
-            dbrec_mem_ = be::alloc_block(-1, be::Place::Host, 64, 64, 0);
+            // A NIC reads this record from host memory by DMA; the stand-in's "NIC" is the
+            // software executor, a kernel on a GPU context: pinned and mapped there (page-locked,
+            // same address on both sides), never plain malloc'd memory a kernel may not reach.
+            dbrec_mem_ = be::alloc_block(dev_->on_gpu() ? nic.gpu : -1, be::Place::Host, 64, 64, 0);
             ring_.dbrec = dbrec_mem_.at<uint32_t>(0);
             ring_.dbrec_place = be::Place::Host;
         } else {
@@ -147,7 +150,16 @@ public:
         nic_.add(this);
     }
     ~StandinQp() override {
-        nic_.remove(this);
+        nic_.remove(this);  // the watcher launches nothing more for this QP
+        if (on_gpu()) {
+            // Launches already made may still run on the library's stream and read this QP's
+            // rings and records: a read of its state through that stream comes after them
+            // (the stream runs in order), so nothing below is freed under a running executor.
+            try {
+                (void)state();
+            } catch (...) {
+            }
+        }
         dev_->qp_remove(ring_.qpn);
         dev_->release(ctx_);
         be::free_block(uar_mem_);

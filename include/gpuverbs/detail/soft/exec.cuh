@@ -56,7 +56,23 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         lc.state = load_state_relaxed(q);
         // In ERROR every WQE flushes without the peer: a peer process that died is not read.
         lc.r = sends_allowed(lc.state) ? q->remote : nullptr;
+        // The configuration, once per drain (QpConfig says why); loads with no dependence
+        // between them, so they overlap.
+        QpConfig& c = lc.cfg;
+        c.qpn = q->qpn;
+        c.pd = q->pd;
+        c.sq_log_bb = q->sq_log_bb;
+        c.max_inline = q->max_inline;
+        c.sys = q->sys;
+        c.sq = q->sq;
+        c.scq = q->scq;
+        c.local_mrs = q->local_mrs;
+        c.remote_mrs = q->remote_mrs;
         lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r));
+        if (lc.peer_ok) {
+            c.peer_access = lc.r->access;
+            c.peer_pd = lc.r->pd;
+        }
     }
     if (!sends_allowed(lc.state) && !in_error(lc.state)) {
         lc.pending = 0;
@@ -88,34 +104,34 @@ GV_HOST_DEVICE uint8_t check_header(QpContext* q, const LeaderCache& lc, const m
         q->rnr_waiting = 0;  // a send that waited for a receive is flushed like the rest
         return MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
     }
-    return w.check_ctrl(uint16_t(lc.ci), q->qpn);
+    return w.check_ctrl(uint16_t(lc.ci), lc.cfg.qpn);
 }
 
 /// The peer's memory for `len` bytes at ra (its rkey), checked as the responder does: the
 /// peer QP's access flags for `need`, then the region. Returns the executor pointer (1 for
 /// len 0, which touches nothing), or 0: REMOTE_ACCESS_ERR.
-GV_HOST_DEVICE uint64_t resolve_remote(QpContext* q, LeaderCache& lc, mlx5::RaddrFields ra, uint64_t len,
-                                       uint32_t need, uint32_t* rsys) {
-    const QpContext* r = lc.r;
-    if (!(r->access & need)) return 0;
+GV_HOST_DEVICE uint64_t resolve_remote(LeaderCache& lc, mlx5::RaddrFields ra, uint64_t len, uint32_t need,
+                                       uint32_t* rsys) {
+    const QpConfig& c = lc.cfg;
+    if (!(c.peer_access & need)) return 0;
     if (len == 0) return 1;
-    return mr_resolve_cached(q->remote_mrs, lc.remote, ra.rkey, r->pd, ra.raddr, len, need, rsys,
-                             mr_foreign(q->remote_mrs, q));
+    return mr_resolve_cached(c.remote_mrs, lc.remote, ra.rkey, c.peer_pd, ra.raddr, len, need, rsys,
+                             c.remote_mrs.owner != c.local_mrs.owner);
 }
 
 /// An atomic WQE (check_body accepted its shape): one 8-byte operation on the peer's
 /// memory, done here by the leader; the old value lands in the local data segment's 8
 /// bytes. Returns the requester's syndrome, or 0.
-GV_HOST_DEVICE uint8_t run_atomic(QpContext* q, LeaderCache& lc, const mlx5::WqeReader& w, Plan& p, Outcome& o) {
+GV_HOST_DEVICE uint8_t run_atomic(LeaderCache& lc, const mlx5::WqeReader& w, Plan& p, Outcome& o) {
     const mlx5::RaddrFields ra = w.raddr();
     const mlx5::AtomicFields at = w.atomic();
     const mlx5::DataFields d = w.data(3);
     uint32_t lsys = 0;
-    uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, d.lkey, q->pd, d.addr, 8, kLocalWrite, &lsys);
+    uint64_t lp = mr_resolve_cached(lc.cfg.local_mrs, lc.local, d.lkey, lc.cfg.pd, d.addr, 8, kLocalWrite, &lsys);
     if (!lp) return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
     if (ra.raddr & 7) return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
     uint32_t rsys = 0;
-    uint64_t rp = resolve_remote(q, lc, ra, 8, kRemoteAtomic, &rsys);
+    uint64_t rp = resolve_remote(lc, ra, 8, kRemoteAtomic, &rsys);
     if (!rp) return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
     auto* target = reinterpret_cast<unsigned long long*>(rp);
     unsigned long long old;
@@ -145,7 +161,7 @@ struct Gather {
 /// local-write access). The segments before the body's violation v are resolved first, so
 /// the first bad segment in list order reports, as a NIC walking the list finds it.
 /// Returns the requester's syndrome, or 0.
-GV_HOST_DEVICE uint8_t resolve_local(QpContext* q, LeaderCache& lc, const mlx5::WqeReader& w, mlx5::Violation v,
+GV_HOST_DEVICE uint8_t resolve_local(LeaderCache& lc, const mlx5::WqeReader& w, mlx5::Violation v,
                                      Gather& g, Plan& p) {
     const bool is_read = w.opcode() == MLX5_OPCODE_RDMA_READ;
     const uint32_t end = v.syndrome ? v.unit : w.ds();
@@ -156,13 +172,13 @@ GV_HOST_DEVICE uint8_t resolve_local(QpContext* q, LeaderCache& lc, const mlx5::
             const mlx5::InlinePayload in = w.inline_payload(k);
             g.piece[g.n++] = {reinterpret_cast<uint64_t>(in.first), in.first_len};
             if (in.second_len) g.piece[g.n++] = {reinterpret_cast<uint64_t>(in.second), in.second_len};
-            p.sys |= q->sys;
+            p.sys |= lc.cfg.sys;
             g.total = in.length();
             break;
         }
         const uint64_t len = mlx5::data_len(d.byte_count);
         uint32_t lsys = 0;
-        uint64_t lp = mr_resolve_cached(q->local_mrs, lc.local, d.lkey, q->pd, d.addr, len,
+        uint64_t lp = mr_resolve_cached(lc.cfg.local_mrs, lc.local, d.lkey, lc.cfg.pd, d.addr, len,
                                         is_read ? kLocalWrite : 0u, &lsys);
         if (!lp) return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
         if (is_read) p.sys |= lsys;
@@ -174,10 +190,10 @@ GV_HOST_DEVICE uint8_t resolve_local(QpContext* q, LeaderCache& lc, const mlx5::
 
 /// The copies of a WRITE (gather list to the peer's region) or a READ (the peer's region
 /// to the scatter list). Returns the requester's syndrome, or 0.
-GV_HOST_DEVICE uint8_t plan_rdma(QpContext* q, LeaderCache& lc, mlx5::RaddrFields ra, bool is_read, const Gather& g,
+GV_HOST_DEVICE uint8_t plan_rdma(LeaderCache& lc, mlx5::RaddrFields ra, bool is_read, const Gather& g,
                                  Plan& p) {
     uint32_t rsys = 0;
-    uint64_t rp = resolve_remote(q, lc, ra, g.total, is_read ? kRemoteRead : kRemoteWrite, &rsys);
+    uint64_t rp = resolve_remote(lc, ra, g.total, is_read ? kRemoteRead : kRemoteWrite, &rsys);
     if (!rp) return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
     if (!is_read) p.sys |= rsys;
     uint64_t off = 0;
@@ -283,7 +299,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     p.nseg = 0;
     p.sys = 0;
     if (!next_published(q, lc)) return kStop;
-    const mlx5::WqeReader w(q->sq, q->sq_log_bb, lc.ci);
+    const mlx5::WqeReader w(lc.cfg.sq, lc.cfg.sq_log_bb, lc.ci);
     Outcome o = outcome_of(w, lc.ci);
     auto fail = [&](uint8_t syn) -> uint32_t {
         o.req_syndrome = syn;
@@ -299,19 +315,19 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     }
     // Remote end: a QP of ours connected back to this one, ready to receive.
     if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-    const mlx5::Violation v = w.check_body(q->max_inline, kMaxSge);
+    const mlx5::Violation v = w.check_body(lc.cfg.max_inline, kMaxSge);
 
     if (mlx5::is_atomic(op)) {
-        if (uint8_t s = v.syndrome ? v.syndrome : run_atomic(q, lc, w, p, o)) return fail(s);
+        if (uint8_t s = v.syndrome ? v.syndrome : run_atomic(lc, w, p, o)) return fail(s);
         p.out = o;
         return kExecute;
     }
 
     Gather g;
-    if (uint8_t s = resolve_local(q, lc, w, v, g, p)) return fail(s);
+    if (uint8_t s = resolve_local(lc, w, v, g, p)) return fail(s);
     o.byte_len = uint32_t(g.total);
     if (mlx5::has_raddr(op)) {
-        if (uint8_t s = plan_rdma(q, lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) return fail(s);
+        if (uint8_t s = plan_rdma(lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) return fail(s);
     }
     if (mlx5::consumes_receive(op)) {
         unsigned long long rc = 0;
@@ -356,10 +372,10 @@ GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outc
 
 /// The requester's completion: always for an error, for success when signaled. Returns
 /// false when the CQ was full (the completion is lost).
-GV_HOST_DEVICE bool complete_requester(QpContext* q, const Outcome& o) {
+GV_HOST_DEVICE bool complete_requester(const LeaderCache& lc, const Outcome& o) {
     if (!o.req_syndrome && !o.signaled) return true;
     mlx5::CqeFields f{};
-    f.qpn = q->qpn;
+    f.qpn = lc.cfg.qpn;
     f.wqe_counter = o.wqe_index;
     f.wqe_opcode = o.opcode;
     if (o.req_syndrome) {
@@ -369,14 +385,14 @@ GV_HOST_DEVICE bool complete_requester(QpContext* q, const Outcome& o) {
         f.cqe_opcode = MLX5_CQE_REQ;
         f.byte_cnt = o.byte_len;
     }
-    return cq_push(q->scq, f);
+    return cq_push(lc.cfg.scq, f);
 }
 
 /// Completes the WQE prepare() planned, after the group copied its data: CQEs, sq_ci, and
 /// ERROR for a failed WQE or a lost completion. Leader only.
 GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
     if (o.resp_kind && lc.r) complete_responder(q, lc, o);
-    const bool ok = complete_requester(q, o);
+    const bool ok = complete_requester(lc, o);
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
     lc.ci += o.bbs;
     atom::store_relaxed(&q->sq_ci, lc.ci);
