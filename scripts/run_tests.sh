@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds gpuverbs and runs every test: the CPU tests, the GPU tests
-# (label "gpu"; they skip themselves with the reason where no GPU exists), the real-verbs tier
+# (label "gpu"; they skip themselves with the reason where no GPU exists), the install check
+# (tests/install/install_test.sh: cmake --install, examples/consumer built against it with
+# CMake and pkg-config and run, the .deb), the real-verbs tier
 # (label "rdma-vm": the verbs tests inside a Soft-RoCE VM, tools/rdma-vm; skipped with the reason
 # where qemu is missing, failed instead in CI), then the CPU tests again in a second tree built
 # with AddressSanitizer and UndefinedBehaviorSanitizer.
@@ -69,6 +71,14 @@ if [ "${n_gpu:-0}" -gt 0 ]; then
     skip_reason "$GV_BUILD_DIR"
 else
     echo "no GPU tests in this tree: it was built without CUDA (no nvcc found, or GV_ENABLE_CUDA=OFF)"
+fi
+
+# gpuverbs as another project uses it: installed into a temporary prefix, found by
+# examples/consumer through its CMake package and through pkg-config, the consumer run, the
+# .deb's contents and dependencies checked (tests/install/install_test.sh, docs/packaging.md).
+section "test: install and consumer ($GV_BUILD_DIR: cmake --install into a temporary prefix, examples/consumer with CMake and pkg-config, cpack -G DEB)"
+if ! "$GV_ROOT/tests/install/install_test.sh" "$GV_BUILD_DIR"; then
+    failed+=("install and consumer (tests/install/install_test.sh)")
 fi
 
 if [ "${GV_SKIP_RDMA_VM:-0}" = 1 ]; then
