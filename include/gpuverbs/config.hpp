@@ -22,7 +22,9 @@
 #endif
 
 namespace gv {
-/// Library version, bumped with every change of the out-of-band record formats.
+/// Library version (the same as project() in CMakeLists.txt, checked at configure time). The
+/// out-of-band records carry their own format version (oob.hpp); docs/packaging.md gives the
+/// compatibility policy.
 inline constexpr uint32_t kVersionMajor = 0;
 inline constexpr uint32_t kVersionMinor = 2;
 }  // namespace gv
