@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -51,6 +52,15 @@ struct HostBuf {
 
 uint64_t cpu_off(uint64_t i, uint32_t size, uint64_t slice) { return (i * size) % (slice - size + 1); }
 
+/// One idle turn of a waiting thread: spin a little, then yield, then sleep 20 us. A thread
+/// that spins hot takes a core from the proxy thread and from the device's own work (on
+/// Soft-RoCE that is the kernel's, on the same cores), which costs more than the wake-up.
+void cpu_idle(uint32_t spins) {
+    if (spins < 64) return;
+    if (spins < 1024) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
 /// Polls `cq` once for up to `max` completions; false (recorded) on an error completion.
 uint32_t cpu_reap(const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step, uint32_t q, uint32_t qpn,
                   uint32_t iter, bool* ok) {
@@ -79,6 +89,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
             outstanding -= k;
             reaped += k;
             if (k || !block) return true;
+            cpu_idle(spins);
             if ((spins & 255) == 255) {
                 if (stop->load(std::memory_order_relaxed)) return false;
                 if (atom::now_ns() - t0 > kCpuWaitNs) {
@@ -118,7 +129,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
 /// send_bw's receiver of one QP: keeps up to `depth` receives posted until `iters` completed.
 void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, uint32_t depth, Failure* fail,
                   const std::atomic<bool>* stop) {
-    uint32_t posted = 0, done = 0;
+    uint32_t posted = 0, done = 0, idle = 0;
     bool ok = true;
     uint64_t t0 = atom::now_ns();
     while (done < iters) {
@@ -136,6 +147,8 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
         const uint32_t k = cpu_reap(j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
         if (!ok) return;
         done += k;
+        idle = k ? 0 : idle + 1;
+        cpu_idle(idle);
         if (k) {
             t0 = atom::now_ns();
         } else if (stop->load(std::memory_order_relaxed)) {
@@ -155,11 +168,13 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uns
     uint64_t* out = reinterpret_cast<uint64_t*>(me.src);
     auto await = [&](uint32_t i, Step step) {
         const uint64_t t0 = atom::now_ns();
-        for (uint32_t spins = 0; __atomic_load_n(mine, __ATOMIC_ACQUIRE) != i; ++spins)
+        for (uint32_t spins = 0; __atomic_load_n(mine, __ATOMIC_ACQUIRE) != i; ++spins) {
+            cpu_idle(spins);
             if ((spins & 1023) == 1023 && (stop->load(std::memory_order_relaxed) || atom::now_ns() - t0 > 5'000'000'000ull)) {
                 record_failure(fail, step, uint32_t(side), me.qp.q.qpn, i - 1, Status::Timeout);
                 return false;
             }
+        }
         return true;
     };
     for (uint32_t i = 1; i <= iters; ++i) {
@@ -196,8 +211,6 @@ ContextOptions cpu_context_for(const Opts& o) {
         c.backend = Backend::Verbs;
         c.device = o.device;
         c.verbs.gid_index = o.gid_index;
-        // Busy-poll (yielding) as perftest does: an idle proxy's sleep would be measured.
-        c.verbs.max_idle_sleep_us = 0;
     } else {
         c.backend = Backend::Soft;
     }

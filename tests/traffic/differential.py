@@ -3,7 +3,7 @@
 --backend verbs on rxe) and prints the table: case, the software device's outcome, rxe's,
 and whether they agree.
 
-    differential.py SOFT.jsonl RXE.jsonl [--markdown]
+    differential.py SOFT.jsonl RXE.jsonl [--markdown | --brief]
 
 A case agrees when the requester's and the responder's completions, both QP states, the
 commit statuses recorded and every buffer's change are the same. Where rxe is known to
@@ -17,7 +17,31 @@ import sys
 
 # case -> (fields that differ, why). Fields: requester, responder, requester_state,
 # responder_state, commit, memory.
-KNOWN = {}
+KNOWN = {
+    "write_imm, wrong rkey": (["responder"],
+        "the receive of the refused WRITE_IMM completes REM_ACCESS_ERR; verbs defines LOC_ACCESS_ERR for it"),
+    "read, responder QP without remote read": (["requester"],
+        "NAKs a right the responder QP lacks as an invalid request (REMOTE_INVAL_REQ_ERR; mlx5: REMOTE_ACCESS_ERR)"),
+    "fetch-add, responder QP without remote atomic": (["requester"],
+        "NAKs a right the responder QP lacks as an invalid request (REMOTE_INVAL_REQ_ERR; mlx5: REMOTE_ACCESS_ERR)"),
+    "fetch-add, misaligned": (["requester", "responder", "responder_state"],
+        "fails a misaligned atomic locally (LOC_QP_OP_ERR), the responder untouched; mlx5: REMOTE_INVAL_REQ_ERR, "
+        "responder to ERROR"),
+    "compare-swap, misaligned": (["requester", "responder", "responder_state"],
+        "fails a misaligned atomic locally (LOC_QP_OP_ERR), the responder untouched; mlx5: REMOTE_INVAL_REQ_ERR, "
+        "responder to ERROR"),
+    "write, bad lkey": (["requester"], "a bad local key fails with LOC_QP_OP_ERR (mlx5: LOCAL_PROT_ERR)"),
+    "write, lkey of another PD": (["requester"], "a bad local key fails with LOC_QP_OP_ERR (mlx5: LOCAL_PROT_ERR)"),
+    "fetch-add, result region without local write": (["memory"],
+        "performs the atomic on the responder before it finds the result region lacks local write"),
+    "send, receive too small": (["requester", "responder"],
+        "REMOTE_OP_ERR / receive LOC_QP_OP_ERR (mlx5: REMOTE_INVAL_REQ_ERR / LOCAL_LENGTH_ERR)"),
+    "send, receive with a bad lkey": (["responder"],
+        "the receive completes LOC_QP_OP_ERR (mlx5: LOCAL_PROT_ERR)"),
+    "write to a peer in ERROR": (["requester", "requester_state"],
+        "no completion within 20 s, the requester stays in RTS; a NIC ends the retries with "
+        "TRANSPORT_RETRY_EXC_ERR (the soft device: at once)"),
+}
 
 FIELDS = ["requester", "responder", "commit", "requester_state", "responder_state", "memory"]
 
@@ -55,6 +79,22 @@ def summary(r):
     return s
 
 
+def brief(r):
+    """The outcome in a few words: the requester's completions other than the good WRITE and
+    the flushes, the responder's completions, both states."""
+    if "failed" in r:
+        return "could not run"
+    req = [e.split(":", 1)[1] for e in r["requester"] if ":" in e and e not in ("WRITE:OK",)
+           and not e.startswith("WQE:")]
+    resp = [e.replace("after: ", "then ") for e in r["responder"]]
+    resp = [e.split(":", 1)[1] if e.startswith("RECV") else e for e in resp]
+    if not req:
+        req = ["no completion"] if not [e for e in r["requester"] if ":" in e] else \
+            ["WR_FLUSH_ERR"] if any(e.startswith("WQE:") for e in r["requester"]) else ["OK"]
+    return "%s; resp %s; %s/%s" % (", ".join(req), ", ".join(resp) or "-",
+                                   r["requester_state"], r["responder_state"])
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -83,7 +123,16 @@ def main(argv):
             bad.append("%s: differs in %s%s" % (case, ", ".join(differ),
                                                  " (KNOWN lists %s)" % KNOWN[case][0] if case in KNOWN else ""))
         rows.append((case, summary(a), summary(b), verdict))
-    if md:
+    if "--brief" in argv:
+        print("| case | soft | rxe | agree? |")
+        print("|---|---|---|---|")
+        for case, _, _, verdict in rows:
+            a, b = soft[case], rxe[case]
+            mem = "" if a.get("memory") == b.get("memory") else " (memory differs)"
+            print("| %s | %s | %s%s | %s |" % (case, brief(a), brief(b), mem,
+                                               "yes" if verdict == "yes" else "no" if verdict.startswith("no")
+                                               else verdict))
+    elif md:
         print("| case | soft | rxe | agree? |")
         print("|---|---|---|---|")
         for r in rows:
