@@ -133,7 +133,6 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
     bool ok = true;
     uint64_t t0 = atom::now_ns();
     while (done < iters) {
-        bool more = false;
         while (posted < iters && posted - done < depth) {
             const Status st = dev::recv(j.peer, j.dst + cpu_off(posted, size, j.slice), size, j.dkey);
             if (st != Status::Ok) {
@@ -141,9 +140,7 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
                 return;
             }
             ++posted;
-            more = true;
         }
-        (void)more;
         const uint32_t k = cpu_reap(j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
         if (!ok) return;
         done += k;
