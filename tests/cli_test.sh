@@ -71,10 +71,10 @@ table=(
     "gv_demo         --qps_0            --iters   --gpu_63                                         --gpu_63:"
     "client_server   --size_0           --rounds  --client_127.0.0.1_--port_1_--gpu_-1_--timeout-ms_200 127.0.0.1:1"
     "hello_rdma      -                  -         -                                                GPU"
-    "gv_write_bw     -s_0               --iters   -n_10                                            GPU"
-    "gv_read_bw      --qps_5000         -n        -n_10                                            GPU"
-    "gv_send_bw      --op_atomic        -t        -n_10                                            GPU"
-    "gv_write_lat    --timeout_0        --port    -n_10                                            GPU"
+    "gv_write_bw     -s_0               --iters   --device_nosuchdev_-n_10                         RDMA_device"
+    "gv_read_bw      --qps_5000         -n        --device_nosuchdev_-n_10                         RDMA_device"
+    "gv_send_bw      --op_atomic        -t        --device_nosuchdev_-n_10                         RDMA_device"
+    "gv_write_lat    --timeout_0        --port    --device_nosuchdev_-n_10                         RDMA_device"
     "gv_post_rate    -t_0               -q        -n_10                                            GPU"
     "gv_compute_send -n_0               -s        -n_10                                            GPU"
     "gv_probe_costs  -                  -         -                                                GPU"
@@ -173,12 +173,28 @@ convention() {
     if [ -x "$build/tools/gv_write_bw" ]; then
         run 20 "$build/tools/gv_write_bw" --server 127.0.0.1
         expect "gv_write_bw --server HOST" 2 err "--server takes no HOST"
-        run 20 "$build/tools/gv_write_bw" --server --mem host
-        expect "gv_write_bw --server --mem host" 2 err "--mem host: two-process buffers are GPU memory"
-        run 20 "$build/tools/gv_send_bw" --initiator cpu
-        expect "gv_send_bw --initiator cpu" 2 err "--initiator cpu: supported by write_bw and read_bw only"
         run 20 "$build/tools/gv_write_bw" --qps=0
         expect "gv_write_bw --qps=0" 2 err "--qps 0: expected an integer in 1 .. 4096"
+        run 20 "$build/tools/gv_write_bw" --device rxe0 --server
+        if bench_has_cuda; then
+            expect "gv_write_bw --device rxe0 --server" 2 err "run the loopback form"
+            run 20 "$build/tools/gv_write_bw" --server --mem host
+            expect "gv_write_bw --server --mem host" 2 err "--mem host: two-process buffers are GPU memory"
+            run 20 "$build/tools/gv_send_bw" --initiator cpu
+            expect "gv_send_bw --initiator cpu" 2 err "--initiator cpu: supported by write_bw and read_bw only"
+        else
+            expect "gv_write_bw --device rxe0 --server (no CUDA)" 1 err "needs a CUDA GPU: this build has no CUDA"
+            run 20 "$build/tools/gv_write_bw" --initiator gpu
+            expect "gv_write_bw --initiator gpu (no CUDA)" 2 err "--initiator gpu: this build has no CUDA"
+            # Without CUDA the benchmarks run: CPU initiators on the software device.
+            local b
+            for b in write_bw read_bw send_bw; do
+                run 60 "$build/tools/gv_$b" -s 64 -n 200 -l 16 --reps 1
+                expect "gv_$b -s 64 -n 200 (no CUDA: CPU initiators, software device)" 0 out "MsgRate[Mpps]"
+            done
+            run 60 "$build/tools/gv_write_lat" -n 200
+            expect "gv_write_lat -n 200 (no CUDA)" 0 out "t_typical"
+        fi
     fi
 }
 
@@ -210,6 +226,9 @@ mps_running() {
     case "$o" in *"Cannot find"*) return 1 ;; esac
     return 0
 }
+
+# The benchmarks were built with CUDA (their --help says when not).
+bench_has_cuda() { ! "$build/tools/gv_write_bw" --help 2>/dev/null | grep -q "This build has no CUDA"; }
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 

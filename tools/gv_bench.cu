@@ -1,39 +1,51 @@
 // gv_write_bw / gv_read_bw / gv_send_bw / gv_write_lat: perftest's experiments with the
 // work requests posted by CUDA kernels (or, --initiator cpu, by CPU threads), executed by
-// the software RDMA device.
+// the software RDMA device, the mlx5 backend on a ConnectX, or (--device NAME of another RDMA
+// device, e.g. rxe0) the verbs backend's proxy with CPU initiators.
 //
 // Bandwidth: one QP per CUDA block; every thread posts one WQE (a post list of --threads
 // WQEs, the last one signaled), the block commits together, thread 0 waits for the
 // completion: perftest's ib_write_bw shape. Latency: two blocks ping-pong 8-byte writes.
+// CPU initiators on a CPU-only context (the verbs backend, or any device in a build without
+// CUDA, where this file compiles as C++): gv_bench_cpu.hpp.
 //
 // Modes: without a HOST, loopback between QP pairs of one process. With --server / --client
 // HOST (or a bare HOST), two processes on this host, as perftest runs: the client is the
 // initiator (posts, measures, prints); the server provides the target buffers (gv::SharedBuffer),
 // posts and consumes the receives of send_bw and answers write_lat's ping-pong. The client
 // sends its options to the server (tools/gv_bench_wire.hpp describes the conversation).
+// Two-process mode needs CUDA.
+#if defined(__CUDACC__)
 #include <cuda_runtime.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "bench_common.hpp"
+#include "bench_failure.hpp"
+#include "cli.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
-#include "gpuverbs/mps.hpp"
 #include "gpuverbs/oob.hpp"
+#if defined(__CUDACC__)
+#include "bench_common.hpp"
+#include "gpuverbs/mps.hpp"
 #include "gpuverbs/shared_buffer.hpp"
 #include "gv_bench_wire.hpp"
+#endif
 
 #ifndef GV_BENCH_DEFAULT_OP
 #define GV_BENCH_DEFAULT_OP "write"
@@ -43,12 +55,17 @@
 #endif
 
 using namespace gv;
-using gvbench::Buffer;
-using gvbench::Event;
 using gvbench::Failure;
-using gvbench::Mem;
 using gvbench::record_failure;
 using gvbench::Step;
+
+#include "gv_bench_host.hpp"
+#include "gv_bench_cpu.hpp"
+
+#if defined(__CUDACC__)
+using gvbench::Buffer;
+using gvbench::Event;
+using gvbench::Mem;
 
 #include "gv_bench_core.cuh"
 
@@ -215,8 +232,11 @@ int run_loopback(Opts& o) {
 }  // namespace
 
 #include "gv_bench_two_process.cuh"
+#endif  // __CUDACC__
 
 namespace {
+
+#if defined(__CUDACC__)
 
 // Two-process mode: what it needs is checked before listening or connecting, so a machine
 // that cannot run it says so at once instead of after a client or a server came.
@@ -237,6 +257,8 @@ void check_two_process(const std::string& prog, const Opts& o) {
                           "apart from two hosts",
                           errno ? errno : ENOENT);
 }
+
+#endif  // __CUDACC__
 
 int bench_main(gvcli::Args& args, const std::string& prog) {
     Opts o;
@@ -269,6 +291,7 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
             o.op = args.one_of({"write", "read", "send"});
         } else if (args.is("--initiator")) {
             o.gpu_init = args.one_of({"gpu", "cpu"}) == "gpu";
+            o.given.insert("initiator");
         } else if (args.is("--mem")) {
             o.host_mem = args.one_of({"device", "host"}) == "host";
         } else if (args.is("--reps")) {
@@ -286,7 +309,8 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         } else if (args.is("--client")) client_of(args.value());
         else if (args.is("--port")) o.port = uint16_t(num(0, 65535));
         else if (args.is("--timeout")) o.timeout_ms = int(num(1, 3600)) * 1000;
-        else if (args.is("--device")) o.device = args.value();
+        else if (args.is("-d", "--device")) o.device = args.value();
+        else if (args.is("-x", "--gid-index")) o.gid_index = int(num(0, 255));
         else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;
@@ -299,9 +323,40 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         throw gvcli::UsageError("--peer-gpu " + std::to_string(o.peer_gpu) + " is this process's GPU (--gpu)");
     if (o.peer_gpu >= 0 && (o.host_mem || !o.gpu_init || (!o.device.empty() && o.device != "soft")))
         throw gvcli::UsageError("--peer-gpu: GPU-initiated runs of the software device on device memory only");
+#if defined(__CUDACC__)
+    const bool cpu_only = verbs_device(o);
+#else
+    const bool cpu_only = true;  // no CUDA: CPU initiators on a CPU-only context, whatever the device
+#endif
+    if (cpu_only) {
+        // The verbs backend (or, without CUDA, any device): CPU initiators on host memory.
+        if (o.mode != Mode::Loopback) {
+#if defined(__CUDACC__)
+            throw gvcli::UsageError("--device " + o.device + ": two-process runs use the software device "
+                                    "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
+#else
+            throw NotSupported("two-process mode (--server, HOST) needs a CUDA GPU: this build has no CUDA "
+                               "(run the loopback form: no HOST, no --server)");
+#endif
+        }
+        if (o.gpu_init && o.given.count("initiator"))
+            throw gvcli::UsageError(verbs_device(o) ? "--initiator gpu: on --device " + o.device +
+                                                          " (the verbs backend) this tool posts from CPU threads; "
+                                                          "use --initiator cpu"
+                                                    : "--initiator gpu: this build has no CUDA");
+        if (o.peer_gpu >= 0 || o.gpu != 0)
+            throw gvcli::UsageError(std::string(o.peer_gpu >= 0 ? "--peer-gpu" : "--gpu") +
+                                    ": CPU initiators on host memory use no GPU (" +
+                                    (verbs_device(o) ? "the verbs backend" : "this build has no CUDA") + ")");
+        o.gpu_init = false;
+        o.host_mem = true;
+        return run_cpu(o);
+    }
+#if defined(__CUDACC__)
     if (o.mode == Mode::Loopback) {
         if (!o.gpu_init && (op_index(o.op) == 2 || o.lat))
-            throw gvcli::UsageError("--initiator cpu: supported by write_bw and read_bw only");
+            throw gvcli::UsageError("--initiator cpu: supported by write_bw and read_bw only (on the software "
+                                    "device and mlx5; every test on a verbs device such as rxe0)");
         return run_loopback(o);
     }
     if (!o.device.empty() && o.device != "soft")
@@ -313,6 +368,10 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         throw gvcli::UsageError("--peer-gpu is the client's (the server's GPU is its --gpu)");
     check_two_process(prog, o);
     return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
+#else
+    (void)prog;
+    return 1;  // not reached: without CUDA every run is cpu_only
+#endif
 }
 
 }  // namespace

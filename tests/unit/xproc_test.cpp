@@ -77,7 +77,7 @@ constexpr uint64_t kCounter0 = 1000;
 // The child WRITEs into, READs from, SENDs into and fetch_adds on the parent's SharedBuffers
 // (the parent's CPU never takes part but for posting one receive and polling); every byte is
 // checked on both sides. Then a WRITE into a parent region over private malloc memory
-// completes with REMOTE_ACCESS_ERR and leaves that memory untouched.
+// completes with REMOTE_ACCESS_ERR, leaves that memory untouched and moves both QPs to ERROR.
 TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
     Listener lis = Channel::listen(0);
     const uint16_t port = lis.port();
@@ -158,7 +158,10 @@ TEST(CrossProcess, WriteReadSendAtomicOnPeerSharedBuffers) {
         EXPECT_EQ(first_bad(rbuf.as<uint8_t>(), kMsg, 3), -1) << "SEND";
         EXPECT_EQ(*counter.as<uint64_t>(), kCounter0 + 5) << "fetch_add";
         EXPECT_EQ(gvtest::first_not(priv.data(), priv.size(), 0xAB), -1) << "private memory was written";
-        EXPECT_EQ(s.qp.state(), QpState::Rts) << "the responder is not affected by the requester's error";
+        // The responder refused the WRITE (remote access error, NAK): it goes to ERROR as well
+        // (IBA vol. 1 9.9.3; the software executor's responder_refused).
+        EXPECT_EQ(s.qp.state(), QpState::Error) << "the responder of a refused request";
+        EXPECT_EQ(s.qp.error_syndrome(), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
         barrier(ch, 3);
     }
     expect_exit_ok(wait_child(child));

@@ -341,7 +341,22 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     if (uint8_t s = resolve_local(lc, w, v, g, p)) return fail(s);
     o.byte_len = uint32_t(g.total);
     if (mlx5::has_raddr(op)) {
-        if (uint8_t s = plan_rdma(lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) return fail(s);
+        if (uint8_t s = plan_rdma(lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) {
+            // A WRITE_IMM the responder refuses on its memory: the receive WQE it would have
+            // consumed (if one is posted: no RNR wait for a request that fails anyway) is
+            // completed in error, "local access error" (a protection error on a local buffer
+            // while processing a WRITE with immediate: verbs' IBV_WC_LOC_ACCESS_ERR, mlx5's
+            // LOCAL_ACCESS_ERR), and the responder goes to ERROR (complete_responder).
+            unsigned long long rc = 0;
+            const bool rsys = state_scope(lc.r) != kScopeGpu;  // its rq_ci: take_receive's scope
+            if (op == MLX5_OPCODE_RDMA_WRITE_IMM && rq_pending(lc.r, atom::load_acquire(&lc.r->rq_ci, rsys)) != 0 &&
+                take_receive(q, lc.r, &rc) == Receive::Taken) {
+                o.rq_index = uint16_t(rc);
+                o.resp_kind = MLX5_CQE_RESP_WR_IMM;
+                o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR;
+            }
+            return fail(s);
+        }
     }
     if (mlx5::consumes_receive(op)) {
         unsigned long long rc = 0;
@@ -402,10 +417,41 @@ GV_HOST_DEVICE bool complete_requester(const LeaderCache& lc, const Outcome& o) 
     return cq_push(lc.cfg.scq, f);
 }
 
+/// True when the requester's syndrome is a NAK the responder sent for a request it refused
+/// on its own checks, with no receive of its own consumed: a remote access error (rkey, PD,
+/// bounds, the region's or the QP's access rights) or an invalid request (a misaligned
+/// atomic). The responder QP goes to ERROR for these.
+///
+/// Why (InfiniBand Architecture Specification vol. 1, chapter 9): the responder's error
+/// handling for RC (9.9.3, responder side error behaviour, and its table summarising the
+/// responder's error classes) sorts what a responder detects into classes. A PSN sequence
+/// error (class B) and receiver-not-ready NAK the request and change nothing else. An invalid
+/// request (a misaligned atomic, an unsupported opcode, a length beyond the receive), a
+/// remote access error (R_Key, bounds, rights) and a remote operational error are the classes
+/// that NAK the request *and* put the responder's QP in the Error state, completing the
+/// receive WQE in use (if any) in error, so that everything behind it flushes. When no receive
+/// WQE was in use there is no CQE to carry the error: the spec reports it as an affiliated
+/// asynchronous error of the QP (11.6.3: "invalid request" and "local access violation"
+/// work queue errors, verbs' IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR), again with the
+/// QP in Error. ConnectX (mlx5) moves a responder QP to ERROR on the remote access errors it
+/// detects, and Soft-RoCE does too (its responder calls these "class A/C" errors); the
+/// differential check (tests/traffic/differential.cpp) compares the two devices' outcomes.
+GV_HOST_DEVICE bool responder_refused(uint8_t req_syndrome) {
+    return req_syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR ||
+           req_syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+}
+
 /// Completes the WQE prepare() planned, after the group copied its data: CQEs, sq_ci, and
 /// ERROR for a failed WQE or a lost completion. Leader only.
 GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
     if (o.resp_kind && lc.r) complete_responder(q, lc, o);
+    // A request the responder refused (NAK) without consuming a receive (complete_responder
+    // handled those, with their error CQE): the responder QP goes to ERROR too
+    // (responder_refused says why). Its syndrome is the NAK's; its receives flush.
+    if (!o.resp_kind && lc.r && responder_refused(o.req_syndrome)) {
+        enter_error(lc.r, o.req_syndrome);
+        lc.peer_ok = false;
+    }
     const bool ok = complete_requester(lc, o);
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
     lc.ci += o.bbs;

@@ -1,0 +1,299 @@
+// The benchmarks with CPU initiators on a CPU-only context: the verbs backend on an RDMA
+// device (--device rxe0: a proxy thread posts what the initiator threads write), or the
+// software device executed by the committing CPU thread (--device soft in a build without
+// CUDA). Host memory only; no CUDA call. This is what runs in the CPU-only build, and what
+// bench/verbs_vs_perftest.sh sets beside perftest on rxe0.
+//
+// Bandwidth: one initiator thread per QP posts lists of --post-list WQEs, the last one
+// signaled, one commit per list, up to kCpuLists lists in flight (perftest's tx-depth / CQ
+// moderation); send_bw has one receiver thread per QP that keeps the peer's receive queue
+// full and reaps its completions. Latency: two threads ping-pong WRITEs, each waiting for the
+// other's to land in its buffer (perftest's ib_write_lat).
+// Part of tools/gv_bench.cu (its anonymous namespace).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+namespace {
+
+/// True when --device names an RDMA device the verbs backend drives: anything but "soft"
+/// and, in a CUDA build, a ConnectX (mlx5_*), which the mlx5 backend drives from the GPU.
+/// Without CUDA every named device goes through the verbs backend.
+bool verbs_device(const Opts& o) {
+    if (o.device.empty() || o.device == "soft") return false;
+#if defined(__CUDACC__)
+    return o.device.rfind("mlx5", 0) != 0;
+#else
+    return true;
+#endif
+}
+
+struct CpuJob {
+    dev::QpHandle qp, peer;  // peer: the receiving QP (send_bw) or the answering one (lat)
+    uint8_t *src, *dst;
+    uint32_t lkey, rkey, dkey;
+    uint64_t slice;
+};
+
+/// Host memory for the buffers, page aligned, freed with its owner.
+struct HostBuf {
+    explicit HostBuf(size_t n) : p(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {
+        if (!p) throw std::bad_alloc();
+    }
+    ~HostBuf() { std::free(p); }
+    HostBuf(const HostBuf&) = delete;
+    HostBuf& operator=(const HostBuf&) = delete;
+    uint8_t* p;
+};
+
+uint64_t cpu_off(uint64_t i, uint32_t size, uint64_t slice) { return (i * size) % (slice - size + 1); }
+
+/// One idle turn of a waiting thread: spin a little, then yield, then sleep 20 us. A thread
+/// that spins hot takes a core from the proxy thread and from the device's own work (on
+/// Soft-RoCE that is the kernel's, on the same cores), which costs more than the wake-up.
+void cpu_idle(uint32_t spins) {
+    if (spins < 64) return;
+    if (spins < 1024) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+/// Polls `cq` once for up to `max` completions; false (recorded) on an error completion.
+uint32_t cpu_reap(const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step, uint32_t q, uint32_t qpn,
+                  uint32_t iter, bool* ok) {
+    Completion c[64];
+    const uint32_t k = dev::poll_cq(cq, c, std::min<uint32_t>(max, 64));
+    for (uint32_t i = 0; i < k; ++i)
+        if (!c[i].ok()) {
+            record_failure(fail, step, q, qpn, iter, Status::CompletionError, c[i]);
+            *ok = false;
+        }
+    return k;
+}
+
+/// The initiator of one QP: iters WQEs of op (0 write, 1 read, 2 send) in lists of `list`.
+void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t iters, uint32_t list,
+                   Failure* fail, const std::atomic<bool>* stop) {
+    uint32_t outstanding = 0, reaped = 0;
+    bool ok = true;
+    auto last_of = [&](uint32_t k) { return uint32_t(std::min<uint64_t>(uint64_t(k + 1) * list, iters) - 1); };
+    // Until a list completed (block) or once; bounded by kCpuWaitNs.
+    auto reap = [&](bool block) {
+        const uint64_t t0 = atom::now_ns();
+        for (uint32_t spins = 0;; ++spins) {
+            const uint32_t k = cpu_reap(j.qp.scq, kCpuLists, fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), &ok);
+            if (!ok) return false;
+            outstanding -= k;
+            reaped += k;
+            if (k || !block) return true;
+            cpu_idle(spins);
+            if ((spins & 255) == 255) {
+                if (stop->load(std::memory_order_relaxed)) return false;
+                if (atom::now_ns() - t0 > kCpuWaitNs) {
+                    record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), Status::Timeout);
+                    return false;
+                }
+            }
+        }
+    };
+    for (uint32_t base = 0; base < iters; base += list) {
+        const uint32_t n = std::min(list, iters - base);
+        while (outstanding >= kCpuLists)
+            if (!reap(true)) return;
+        for (uint32_t k = 0; k < n; ++k) {
+            const uint64_t off = cpu_off(base + k, size, j.slice);
+            const uint32_t fl = k == n - 1 ? kSignaled : 0;
+            Status st = op == 0   ? dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
+                        : op == 1 ? dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
+                                  : dev::send(j.qp, j.src + off, size, j.lkey, fl);
+            if (st != Status::Ok) {
+                record_failure(fail, Step::Post, q, j.qp.q.qpn, base + k, st);
+                return;
+            }
+        }
+        const Status cs = dev::commit(j.qp);
+        if (cs != Status::Ok) {
+            record_failure(fail, Step::Commit, q, j.qp.q.qpn, base + n - 1, cs);
+            return;
+        }
+        ++outstanding;
+        if (!reap(false)) return;
+    }
+    while (outstanding)
+        if (!reap(true)) return;
+}
+
+/// send_bw's receiver of one QP: keeps up to `depth` receives posted until `iters` completed.
+void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, uint32_t depth, Failure* fail,
+                  const std::atomic<bool>* stop) {
+    uint32_t posted = 0, done = 0, idle = 0;
+    bool ok = true;
+    uint64_t t0 = atom::now_ns();
+    while (done < iters) {
+        while (posted < iters && posted - done < depth) {
+            const Status st = dev::recv(j.peer, j.dst + cpu_off(posted, size, j.slice), size, j.dkey);
+            if (st != Status::Ok) {
+                record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, posted, st);
+                return;
+            }
+            ++posted;
+        }
+        const uint32_t k = cpu_reap(j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
+        if (!ok) return;
+        done += k;
+        idle = k ? 0 : idle + 1;
+        cpu_idle(idle);
+        if (k) {
+            t0 = atom::now_ns();
+        } else if (stop->load(std::memory_order_relaxed)) {
+            return;
+        } else if (atom::now_ns() - t0 > kCpuWaitNs) {
+            record_failure(fail, Step::WaitRecv, q, j.peer.q.qpn, done, Status::Timeout);
+            return;
+        }
+    }
+}
+
+/// write_lat: side 0 stamps and writes i, waits for the answer i; side 1 waits for i and
+/// answers with i. Every 64th WRITE is signaled and waited for (the send queue drains).
+void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, unsigned long long* stamps,
+                  Failure* fail, const std::atomic<bool>* stop) {
+    uint64_t* mine = reinterpret_cast<uint64_t*>(me.src + 4096) + (size / 8 - 1);  // where the peer's writes land
+    uint64_t* out = reinterpret_cast<uint64_t*>(me.src);
+    auto await = [&](uint32_t i, Step step) {
+        const uint64_t t0 = atom::now_ns();
+        for (uint32_t spins = 0; __atomic_load_n(mine, __ATOMIC_ACQUIRE) != i; ++spins) {
+            cpu_idle(spins);
+            if ((spins & 1023) == 1023 && (stop->load(std::memory_order_relaxed) || atom::now_ns() - t0 > 5'000'000'000ull)) {
+                record_failure(fail, step, uint32_t(side), me.qp.q.qpn, i - 1, Status::Timeout);
+                return false;
+            }
+        }
+        return true;
+    };
+    for (uint32_t i = 1; i <= iters; ++i) {
+        if (side == 1 && !await(i, Step::AwaitPing)) return;
+        if (side == 0) stamps[i - 1] = atom::now_ns();
+        out[size / 8 - 1] = i;
+        const uint32_t fl = (i % 64) == 0 ? kSignaled : 0;
+        const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey, fl);
+        const Status cs = ws == Status::Ok ? dev::commit(me.qp) : ws;
+        if (cs != Status::Ok) {
+            record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, uint32_t(side), me.qp.q.qpn, i - 1, cs);
+            return;
+        }
+        if (fl) {
+            const Status st = dev::wait_send(me.qp, 1, nullptr, 5'000'000'000ull);
+            if (st != Status::Ok) {
+                record_failure(fail, Step::WaitSend, uint32_t(side), me.qp.q.qpn, i - 1, st);
+                return;
+            }
+        }
+        if (side == 0) {
+            if (!await(i, Step::AwaitPong)) return;
+            stamps[i - 1] = atom::now_ns() - stamps[i - 1];
+        }
+    }
+}
+
+/// The context of the CPU run: the verbs backend on --device (GID index --gid-index), or the
+/// software device on CPU threads.
+ContextOptions cpu_context_for(const Opts& o) {
+    ContextOptions c;
+    c.gpu = -1;
+    if (verbs_device(o)) {
+        c.backend = Backend::Verbs;
+        c.device = o.device;
+        c.verbs.gid_index = o.gid_index;
+    } else {
+        c.backend = Backend::Soft;
+    }
+    return c;
+}
+
+int run_cpu(Opts& o) {
+    const int op = op_index(o.op);
+    Context ctx(cpu_context_for(o));
+    std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
+    ProtectionDomain pd(ctx);
+    const uint32_t nq = o.lat ? 1 : o.qps;
+    const uint32_t depth = std::max<uint32_t>(o.threads * kCpuLists, 64);
+    std::vector<std::unique_ptr<CompletionQueue>> cqs;
+    std::vector<std::unique_ptr<QueuePair>> qps;
+    for (uint32_t q = 0; q < 2 * nq; ++q) {
+        cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{std::max<uint32_t>(2048, 2 * depth), MemoryKind::Host}));
+        QpOptions qo;
+        qo.send_cq = qo.recv_cq = cqs.back().get();
+        qo.sq_depth = depth;
+        qo.rq_depth = op == 2 ? depth : 64;
+        qo.memory = MemoryKind::Host;
+        qps.push_back(std::make_unique<QueuePair>(pd, qo));
+    }
+    for (uint32_t q = 0; q < nq; ++q) {
+        qps[2 * q]->connect(qps[2 * q + 1]->endpoint());
+        qps[2 * q + 1]->connect(qps[2 * q]->endpoint());
+    }
+    const uint64_t slice = std::max<uint64_t>(slice_bytes(o), 8192);
+    const uint64_t total = slice * nq;
+    HostBuf src_buf(total), dst_buf(total);
+    uint8_t *src = src_buf.p, *dst = dst_buf.p;
+    std::memset(src, 0x5a, total);
+    std::memset(dst, 0, total);
+    MemoryRegion ms(pd, src, total, kAllAccess), md(pd, dst, total, kAllAccess);
+    std::vector<CpuJob> jobs(nq);
+    for (uint32_t q = 0; q < nq; ++q)
+        jobs[q] = CpuJob{qps[2 * q]->device_handle(), qps[2 * q + 1]->device_handle(), src + q * slice,
+                         dst + q * slice, ms.lkey(), md.rkey(), md.lkey(), slice};
+    const std::string where = ", " + ctx.name() + " (" + backend_name(ctx.backend()) + ")";
+    std::atomic<bool> stop{false};
+
+    if (o.lat) {
+        print_lat_header(o, "CPU", where);
+        std::vector<unsigned long long> st(o.iters);
+        for (uint32_t size : o.sizes) {
+            size = std::max<uint32_t>(8, size & ~7u);
+            if (size > 4096) continue;
+            std::memset(src, 0, slice);
+            std::memset(dst, 0, slice);
+            const CpuJob a = jobs[0];
+            const CpuJob b{qps[1]->device_handle(), {}, dst, src, md.lkey(), ms.rkey(), 0, slice};
+            Failure f{};
+            std::thread resp(cpu_lat_side, std::cref(b), 1, size, o.iters, nullptr, &f, &stop);
+            cpu_lat_side(a, 0, size, o.iters, st.data(), &f, &stop);
+            if (f.count) stop = true;
+            resp.join();
+            if (f.count) throw Error(failure_text(o, "the CPU ping-pong", size, "", f, qps));
+            print_lat_row(o, size, st);
+        }
+        return 0;
+    }
+    print_bw_header(o, "CPU", nq, where);
+    for (uint32_t size : o.sizes) {
+        if (size > slice) continue;
+        std::vector<double> secs;
+        for (uint32_t r = 0; r <= o.reps; ++r) {  // rep 0 warms up
+            Failure f{};
+            const auto t0 = std::chrono::steady_clock::now();
+            std::vector<std::thread> th;
+            for (uint32_t q = 0; q < nq; ++q) {
+                if (op == 2) th.emplace_back(cpu_receiver, std::cref(jobs[q]), q, size, o.iters, depth, &f, &stop);
+                th.emplace_back(cpu_initiator, std::cref(jobs[q]), q, op, size, o.iters, o.threads, &f, &stop);
+            }
+            // A failed thread ends the others' waits at once instead of after their timeouts.
+            for (auto& t : th) {
+                t.join();
+                if (f.count) stop = true;
+            }
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (f.count) throw Error(failure_text(o, "the CPU initiator", size, run_label(o, r), f, qps));
+            if (r) secs.push_back(s);
+        }
+        print_bw_row(o, nq, size, secs);
+    }
+    return 0;
+}
+
+}  // namespace
