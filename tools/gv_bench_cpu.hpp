@@ -232,9 +232,15 @@ int run_cpu(Opts& o) {
         qo.memory = MemoryKind::Host;
         qps.push_back(std::make_unique<QueuePair>(pd, qo));
     }
+    // On a verbs device, as many RDMA READs and atomics in flight as the device takes (the
+    // control layer lowers 255 to its max_qp_rd_atom / max_qp_init_rd_atom), as perftest asks;
+    // the software device takes 0..16.
+    RtrAttr rtr;
+    RtsAttr rts;
+    if (verbs_device(o)) rtr.max_dest_rd_atomic = rts.max_rd_atomic = 255;
     for (uint32_t q = 0; q < nq; ++q) {
-        qps[2 * q]->connect(qps[2 * q + 1]->endpoint());
-        qps[2 * q + 1]->connect(qps[2 * q]->endpoint());
+        qps[2 * q]->connect(qps[2 * q + 1]->endpoint(), {}, rtr, rts);
+        qps[2 * q + 1]->connect(qps[2 * q]->endpoint(), {}, rtr, rts);
     }
     const uint64_t slice = std::max<uint64_t>(slice_bytes(o), 8192);
     const uint64_t total = slice * nq;

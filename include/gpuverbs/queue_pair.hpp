@@ -62,7 +62,9 @@ struct RtrAttr {
     uint32_t remote_qpn = 0;
     uint32_t rq_psn = 0;         ///< 24 bits
     uint32_t path_mtu = 4096;    ///< 256, 512, 1024, 2048 or 4096
-    uint32_t max_dest_rd_atomic = 16;  ///< 0..16
+    /// RDMA READs and atomics the peer may have in flight here: 0..16 on the software device;
+    /// 0..255 on verbs and mlx5, lowered to the device's limit (max_qp_rd_atom).
+    uint32_t max_dest_rd_atomic = 16;
     uint32_t min_rnr_timer = 12;  ///< 0..31, IB encoding (12 = 0.64 ms)
     uint16_t dlid = 0;
     std::array<uint8_t, 16> dgid{};
@@ -78,7 +80,9 @@ struct RtsAttr {
     uint32_t timeout = 14;    ///< 0..31 (4.096 us * 2^timeout)
     uint32_t retry_cnt = 7;   ///< 0..7
     uint32_t rnr_retry = 7;   ///< 0..7, 7 = forever
-    uint32_t max_rd_atomic = 16;  ///< 0..16
+    /// RDMA READs and atomics this QP may have in flight: 0..16 on the software device; 0..255
+    /// on verbs and mlx5, lowered to the device's limit (max_qp_init_rd_atom).
+    uint32_t max_rd_atomic = 16;
 };
 
 class QueuePair {
