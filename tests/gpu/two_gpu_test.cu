@@ -210,7 +210,8 @@ struct TwoSides {
     }
 };
 
-RemoteBuffer remote(const void* p, const MemoryRegion& mr) { return RemoteBuffer{uint64_t(p), 0, mr.rkey()}; }
+// The region as a peer addresses it: where it starts, its length (the exchange refuses an empty one), its rkey.
+RemoteBuffer remote(const void* p, const MemoryRegion& mr) { return RemoteBuffer{uint64_t(p), mr.length(), mr.rkey()}; }
 
 }  // namespace
 

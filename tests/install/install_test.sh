@@ -218,7 +218,7 @@ if quiet "$tmp/consumer-cmake.log" cmake -S "$root/examples/consumer" -B "$tmp/c
     grep -q "found in $prefix/$libdir/cmake/gpuverbs" "$tmp/consumer-cmake.log" ||
         fail "the consumer did not find the package in $prefix: $(grep 'gpuverbs' "$tmp/consumer-cmake.log")"
     if [ $with_cuda = 1 ] && ! grep -q "gv_consumer: CUDA kernel" "$tmp/consumer-cmake.log"; then
-        fail "a CUDA build, but the consumer was compiled without its kernel: $(grep gv_consumer: "$tmp/consumer-cmake.log")"
+        fail "a CUDA build, but the consumer was compiled without its kernel: $(grep gv_consumer: "$tmp/consumer-cmake.log"); its configure log ends: $(tail -n 25 "$tmp/consumer-cmake.log")"
     fi
     if out=$("$tmp/consumer-cmake/gv_consumer" 2>&1); then
         echo "  (CMake) $out"

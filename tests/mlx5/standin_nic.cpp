@@ -103,10 +103,9 @@ public:
         ring_.rq = wq_.at(0);
         ring_.sq = wq_.at(rq_bytes);
         if (r.dbrec_host) {
-            // A NIC reads this record from host memory by DMA; the stand-in's "NIC" is the
-            // software executor, a kernel on a GPU context: pinned and mapped there (page-locked,
-            // same address on both sides), never plain malloc'd memory a kernel may not reach.
-            dbrec_mem_ = be::alloc_block(dev_->on_gpu() ? nic.gpu : -1, be::Place::Host, 64, 64, 0);
+            // Ordinary host memory, as libmlx5's: the backend registers it (cudaHostRegister)
+            // so that kernels, and the stand-in's executor kernel, reach it.
+            dbrec_mem_ = be::alloc_block(-1, be::Place::Host, 64, 64, 0);
             ring_.dbrec = dbrec_mem_.at<uint32_t>(0);
             ring_.dbrec_place = be::Place::Host;
         } else {
