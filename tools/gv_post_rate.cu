@@ -76,9 +76,14 @@ int main(int argc, char** argv) {
         std::vector<std::unique_ptr<CompletionQueue>> cqs;
         std::vector<std::unique_ptr<QueuePair>> qps;
         std::vector<dev::QpHandle> hs;
-        // One dummy doorbell register per QP, in the queues' memory kind.
+        // Per QP, 64 bytes in the queues' memory kind: a dummy doorbell register, and the
+        // doorbell lock and last-rung index the mlx5 path keeps beside it (both start at 0).
         Buffer<uint64_t> uars(maxq * 8,
                               mk == MemoryKind::Host ? gvbench::Mem::HostMapped : gvbench::Mem::Device);
+        {
+            const std::vector<uint64_t> zero(size_t(maxq) * 8, 0);
+            CUDA_CHECK(cudaMemcpy(uars.get(), zero.data(), zero.size() * 8, cudaMemcpyDefault));
+        }
         for (uint32_t q = 0; q < maxq; ++q) {
             cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{64, mk}));
             QpOptions o;
@@ -90,6 +95,8 @@ int main(int argc, char** argv) {
             h.backend = Backend::Mlx5;  // doorbell record + UAR write, no executor
             h.q.sys = 1;  // what a NIC reading the queue needs
             h.mlx5.uar = uars.get() + q * 8;
+            h.mlx5.db_lock = reinterpret_cast<uint32_t*>(uars.get() + q * 8 + 1);
+            h.mlx5.db_last = reinterpret_cast<uint32_t*>(uars.get() + q * 8 + 2);
             hs.push_back(h);
         }
         Buffer<dev::QpHandle> d_hs(hs.size());

@@ -10,13 +10,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_util.cuh"
@@ -601,14 +606,43 @@ int run_child(const std::string& role, int gpu, uint16_t port) {
 
 }  // namespace
 
+// Bounds a two-process test: if it has not finished after `secs`, says which step it was in,
+// kills the child and ends the process (a failure ctest reports at once, instead of the test's
+// whole TIMEOUT; this test once hung on the two-H200 machine: see docs/two-gpus.md).
+struct Watchdog {
+    std::atomic<const char*> step{"start"};
+    std::atomic<bool> done{false};
+    pid_t child = 0;
+    std::thread t;
+    explicit Watchdog(int secs) {
+        t = std::thread([this, secs] {
+            const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+            while (!done.load() && std::chrono::steady_clock::now() < end)
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            if (done.load()) return;
+            std::fprintf(stderr, "watchdog: the test did not end within %d s; it was at: %s\n", secs, step.load());
+            std::fflush(stderr);
+            if (child > 0) kill(child, SIGKILL);
+            _exit(1);
+        });
+    }
+    ~Watchdog() {
+        done.store(true);
+        t.join();
+    }
+};
+
 // Parent on GPU 0, child on GPU 1, one process each: the child's kernels do every operation
 // into the parent's SharedBuffers (the parent's arena, on GPU 0, imported by the child and
 // mapped for GPU 1), and the parent's poller on GPU 0 sees RC order of the child's WRITEs.
 TEST(TwoGpu, EveryOperationAcrossGpusTwoProcesses) {
     SKIP_WITHOUT_TWO_GPUS();
+    Watchdog wd(90);
     Listener lis = Channel::listen(0);
     pid_t child = spawn_child("ops", 1, lis.port());
     ASSERT_GT(child, 0);
+    wd.child = child;
+    wd.step = "accepting the child's connection";
     Channel ch = lis.accept(kMs);
     gvtest::Side s(0);
     SharedBuffer dst(s.ctx, kBig + kSig), rsrc(s.ctx, kBig), counter(s.ctx, 8), sig(s.ctx, 8), rbuf(s.ctx, kMsg);
@@ -620,17 +654,23 @@ TEST(TwoGpu, EveryOperationAcrossGpusTwoProcesses) {
         mc(s.pd, counter.data(), 8, kAllAccess), msg(s.pd, sig.data(), 8, kAllAccess),
         mrb(s.pd, rbuf.data(), kMsg, kLocalWrite), mod(s.pd, odata.data(), odata.size(), kAllAccess),
         mof(s.pd, oflag.data(), 8, kAllAccess);
+    wd.step = "exchanging endpoints and buffers";
     Exchanged got = ch.exchange(Backend::Soft, {s.qp.endpoint()},
                                 {remote(dst.data(), md), remote(rsrc.data(), mrs), remote(counter.data(), mc),
                                  remote(sig.data(), msg), remote(odata.data(), mod), remote(oflag.data(), mof)},
                                 kMs);
+    wd.step = "connecting to the child's QP (GPU 1)";
     s.qp.connect(got.qps[0]);
     ResultMem r;
     CK(cudaSetDevice(0));
+    wd.step = "posting the receive";
     post_recv_k<<<1, 1>>>(s.h(), rbuf.as<uint8_t>(), kMsg, mrb.lkey(), r.r);
     CK(cudaDeviceSynchronize());
+    wd.step = "barrier 1 (the child connected)";
     barrier(ch, 1);
+    wd.step = "barrier 2 (the child's operations done)";
     barrier(ch, 2);
+    wd.step = "waiting for the child's SEND";
     wait_recv_k<<<1, 1>>>(s.h(), r.r);
     CK(cudaDeviceSynchronize());
     EXPECT_EQ(r->st[8], Status::Ok);
@@ -647,13 +687,18 @@ TEST(TwoGpu, EveryOperationAcrossGpusTwoProcesses) {
     xorder_poller<<<1, 256, 0, st0>>>(odata.as<uint8_t>(), oflag.as<uint64_t>(), kOrderRounds,
                                       err.as<unsigned long long>());
     CK(cudaGetLastError());
+    wd.step = "barrier 3 (the ordering poller started)";
     barrier(ch, 3);
+    wd.step = "the ordering poller on GPU 0";
     CK(cudaStreamSynchronize(st0));
     CK(cudaStreamDestroy(st0));
     const unsigned long long e = get<unsigned long long>(err.p);
     EXPECT_EQ(e, 0ull) << "stale bytes seen on GPU 0: " << (e & 0xffffffff) << ", poller timeouts: " << (e >> 48);
+    wd.step = "barrier 4 (the child's writer done)";
     barrier(ch, 4);
+    wd.step = "waiting for the child to exit";
     gvtest::expect_exit_ok(gvtest::wait_child(child, 60000));
+    wd.step = "tearing down";
 }
 
 // A child that sees only its own GPU (CUDA_VISIBLE_DEVICES=1) cannot reach the parent's GPU:

@@ -174,6 +174,7 @@ public:
         require(state() == QpState::Reset || state() == QpState::Init, "INIT");
         set(offsetof(soft::QpContext, access), a.access);
         set(offsetof(soft::QpContext, state), uint32_t(QpState::Init));
+        armed.store(true, std::memory_order_release);
     }
     void to_rtr(const RtrAttr& a) override {
         require(state() == QpState::Init, "RTR");
@@ -230,6 +231,12 @@ public:
     uint64_t last_raw = 0;  // the watcher's view
     uint32_t last_pi = 0;
     uint64_t last_drive_ns = 0;
+    /// Set once the backend moved the QP to INIT: by then it has registered the QP's host
+    /// memory (rings, the doorbell record a CPU proxy writes) for kernels. Before that the
+    /// watcher does not drive the QP on its timer (a doorbell comes only after that anyway): an executor kernel reading those pages unregistered
+    /// faults (cudaErrorIllegalAddress, seen on the H200 with the CPU-proxy handler). A QP in
+    /// RESET has nothing to retry or flush anyway.
+    std::atomic<bool> armed{false};
 
 private:
     void require(bool ok, const char* to) const {
@@ -293,7 +300,7 @@ void StandinNic::Impl::run() {
                 // after ERROR: what a NIC's timers do).
                 const uint64_t t = now_ns();
                 const bool drive = t - qp->last_drive_ns > 1000000;  // 1 ms
-                if (!rang && !drive) continue;
+                if (!rang && !(drive && qp->armed.load(std::memory_order_acquire))) continue;
                 if (drive) qp->last_drive_ns = t;
                 if (!qp->on_gpu()) {
                     soft::QpContext* q = qp->ctx();
