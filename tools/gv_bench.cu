@@ -311,6 +311,7 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("--timeout")) o.timeout_ms = int(num(1, 3600)) * 1000;
         else if (args.is("-d", "--device")) o.device = args.value();
         else if (args.is("-x", "--gid-index")) o.gid_index = int(num(0, 255));
+        else if (args.is("--proxy-idle-sleep-us")) o.proxy_idle_us = int(num(0, 100000));
         else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;

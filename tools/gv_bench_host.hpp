@@ -28,6 +28,8 @@ struct Opts {
     std::string device;  // --device: "" or "soft" the software device, mlx5_* a ConnectX (mlx5 backend,
                          // with CUDA), any other RDMA device the verbs backend (CPU initiators)
     int gid_index = -1;  // --gid-index (perftest's -x): the verbs backend's GID (-1: RoCE v2 first)
+    int proxy_idle_us = -1;  // --proxy-idle-sleep-us: the verbs proxy's idle sleep bound (-1: 0 for
+                             // latency, as perftest busy-polls; the library's default otherwise)
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
     int gpu = 0;          // --gpu: this process's GPU (its context, its buffers, its kernels)
@@ -61,6 +63,9 @@ std::string usage(const std::string& me) {
         "                        RDMA device such as rxe0: the verbs backend, CPU initiators, host\n"
         "                        memory, loopback (without CUDA every NAME but soft goes there)\n"
         "  -x, --gid-index N     the verbs backend's GID index (default: RoCE v2 over IPv4 first)\n"
+        "      --proxy-idle-sleep-us N  the verbs backend's proxy: longest idle sleep, 0 .. 100000 us\n"
+        "                        (0: busy-poll; default 0 for latency, as perftest polls, else the\n"
+        "                        library's VerbsOptions default)\n"
         "      --gpu N           this process's GPU (default 0)\n"
         "      --peer-gpu N      the peer's GPU: in loopback the responder QPs, their context and the\n"
         "                        target buffers are on GPU N (peer access over NVLink / PCIe); as a\n"
