@@ -54,16 +54,7 @@ namespace {
 /// the runtime so the library does not link libcuda). Unknown (no entry point): true.
 bool thread_has_context() {
     using Fn = CUresult (*)(CUcontext*);
-    static Fn fn = [] {
-        void* p = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            p = nullptr;
-        }
-        return reinterpret_cast<Fn>(p);
-    }();
+    static Fn fn = reinterpret_cast<Fn>(driver_entry_point("cuCtxGetCurrent"));
     if (!fn) return true;
     CUcontext c = nullptr;
     return fn(&c) == CUDA_SUCCESS && c != nullptr;
@@ -238,7 +229,20 @@ void synchronize() {
     GV_CUDA(cudaDeviceSynchronize());
 }
 
+void* driver_entry_point(const char* name) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+
 #else  // no CUDA in this build
+
+void* driver_entry_point(const char*) { return nullptr; }
 
 [[noreturn]] static void no_cuda() {
     throw NotSupported("gpuverbs was built without CUDA (no nvcc found at configure time)");

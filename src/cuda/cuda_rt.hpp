@@ -44,6 +44,18 @@ int device_of_uuid(const uint8_t uuid[16]);
 std::string pci_bus_id(int gpu);
 /// cudaDeviceCanAccessPeer(gpu, peer): 1 or 0.
 int can_access_peer(int gpu, int peer);
+
+/// A CUDA driver API function, looked up through the runtime (cudaGetDriverEntryPointByVersion,
+/// ABI of CUDA 12.0) so that the library does not link libcuda; null when the driver lacks it
+/// (the runtime's error state is cleared), and always null in a build without CUDA.
+void* driver_entry_point(const char* name);
+/// driver_entry_point() into a typed function pointer: false (fn untouched) when absent.
+template <class F>
+bool driver_fn(const char* name, F& fn) {
+    void* p = driver_entry_point(name);
+    if (p) fn = reinterpret_cast<F>(p);
+    return p != nullptr;
+}
 /// cudaDeviceEnablePeerAccess(peer) with `gpu` current (already enabled: fine): kernels of
 /// `gpu` then reach cudaMalloc'd memory of `peer`. Throws CudaError with the reason.
 void enable_peer_access(int gpu, int peer);

@@ -51,15 +51,9 @@ struct Driver {
 template <class F>
 void lookup(const char* name, F& fn) {
     touch();
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-        cudaGetLastError();
+    if (!driver_fn(name, fn))
         throw NotSupported(std::string("the CUDA driver lacks ") + name +
                            " (virtual memory management, needed for memory shared across processes)");
-    }
-    fn = reinterpret_cast<F>(p);
 }
 
 const Driver& drv() {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <vector>
 
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 
 #if GV_HAVE_CUDA
@@ -30,25 +31,14 @@ size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
 
 namespace {
 
-template <class F>
-bool lookup(const char* name, F& fn) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-        cudaGetLastError();
-        return false;
-    }
-    fn = reinterpret_cast<F>(p);
-    return true;
-}
 
 std::string cuda_err(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
 int driver_attribute(int gpu, CUdevice_attribute attr) {
     CUresult (*get)(CUdevice*, int) = nullptr;
     CUresult (*attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
-    if (!lookup("cuDeviceGet", get) || !lookup("cuDeviceGetAttribute", attribute)) return -1;
+    if (!detail::cuda::driver_fn("cuDeviceGet", get) || !detail::cuda::driver_fn("cuDeviceGetAttribute", attribute))
+        return -1;
     CUdevice d = 0;
     int v = 0;
     if (get(&d, gpu) != CUDA_SUCCESS || attribute(&v, attr, d) != CUDA_SUCCESS) return -1;
@@ -218,7 +208,7 @@ void gpu_free(GpuBlock& b) noexcept {
 
 int gpu_dmabuf_fd(void* ptr, size_t bytes, std::string* err) {
     CUresult (*get)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long) = nullptr;
-    if (!lookup("cuMemGetHandleForAddressRange", get)) {
+    if (!detail::cuda::driver_fn("cuMemGetHandleForAddressRange", get)) {
         *err = "cuMemGetHandleForAddressRange is not offered by this CUDA driver (needs driver >= 515)";
         return -1;
     }
@@ -227,7 +217,7 @@ int gpu_dmabuf_fd(void* ptr, size_t bytes, std::string* err) {
     if (r != CUDA_SUCCESS) {
         const char* name = nullptr;
         CUresult (*getname)(CUresult, const char**) = nullptr;
-        if (lookup("cuGetErrorName", getname)) getname(r, &name);
+        if (detail::cuda::driver_fn("cuGetErrorName", getname)) getname(r, &name);
         *err = "cuMemGetHandleForAddressRange(" + hex(reinterpret_cast<uintptr_t>(ptr)) + ", " + std::to_string(bytes) +
                " bytes, DMA_BUF_FD) failed: " + (name ? name : ("CUresult " + std::to_string(int(r))));
         return -1;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <string>
 
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 #include "verbs/device.hpp"
 #include "verbs/memory.hpp"
@@ -28,18 +29,6 @@ struct Driver {
                                          unsigned long long) = nullptr;
 };
 
-template <class F>
-bool lookup(const char* name, F& fn) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-        cudaGetLastError();
-        return false;
-    }
-    fn = reinterpret_cast<F>(p);
-    return true;
-}
 
 const char* cu_name(const Driver& d, CUresult r) {
     const char* s = nullptr;
@@ -84,10 +73,10 @@ Mr Mr::gpu(const Pd& pd, void* addr, size_t length, uint32_t access) {
     DeviceScope scope(pa.device);
 
     Driver d;
-    lookup("cuGetErrorName", d.getErrorName);
-    bool have_dmabuf_calls = lookup("cuDeviceGet", d.deviceGet) &&
-                             lookup("cuDeviceGetAttribute", d.deviceGetAttribute) &&
-                             lookup("cuMemGetHandleForAddressRange", d.getHandleForAddressRange);
+    detail::cuda::driver_fn("cuGetErrorName", d.getErrorName);
+    bool have_dmabuf_calls = detail::cuda::driver_fn("cuDeviceGet", d.deviceGet) &&
+                             detail::cuda::driver_fn("cuDeviceGetAttribute", d.deviceGetAttribute) &&
+                             detail::cuda::driver_fn("cuMemGetHandleForAddressRange", d.getHandleForAddressRange);
     GpuRegFacts f;
     f.cuda_built = true;
     f.peermem_loaded = peermem_loaded();
