@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/cq_clean.hpp"
 #include "cuda/cuda_rt.hpp"
 #include "gpuverbs/device/completion_queue_device.cuh"
 #include "gpuverbs/mlx5/cqe.cuh"
@@ -150,24 +151,13 @@ public:
     /// meanwhile.
     void clean(uint32_t qpn) {
         std::lock_guard<std::mutex> lock(mu_);
-        const uint32_t log = nic_->ring().log_cnt, cnt = 1u << log, mask = cnt - 1;
+        const uint32_t log = nic_->ring().log_cnt;
         unsigned long long ci = 0;
         read_block(extras_, 0, &ci, sizeof ci);
-        std::vector<mlx5_cqe64> ring(cnt);
+        std::vector<mlx5_cqe64> ring(size_t(1) << log);
         read_ring(ring.data());
-        uint8_t op_own;
-        unsigned long long end = ci;
-        while (end - ci < cnt && mlx5::cqe_ready(&ring[end & mask], uint32_t(end), log, false, &op_own)) ++end;
-        uint32_t freed = 0;
-        for (unsigned long long i = end; i-- > ci;) {
-            mlx5_cqe64 e = ring[i & mask];
-            if (mlx5::decode_cqe(&e, e.op_own).qpn == qpn) {
-                ++freed;
-            } else if (freed) {
-                e.op_own = uint8_t((e.op_own & ~MLX5_CQE_OWNER_MASK) | mlx5::sw_owner(uint32_t(i + freed), log));
-                write_ring((i + freed) & mask, e);
-            }
-        }
+        const uint32_t freed = clean_cq_ring(ring.data(), log, ci, qpn, false,
+                                             [&](size_t idx, const mlx5_cqe64& e) { write_ring(idx, e); });
         if (!freed) return;
         const unsigned long long nci = ci + freed;
         write_block(extras_, 0, &nci, sizeof nci);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/backend.hpp"
+#include "core/cq_clean.hpp"
 #include "soft/arena.hpp"
 #include "soft/peer_watch.hpp"
 #include "soft/soft_device.hpp"
@@ -113,11 +114,8 @@ public:
         throw InvalidUsage("CQ " + std::to_string(cqn_) + " already serves " + std::to_string(kSlots) +
                            " QPs, its maximum");
     }
-    /// Removes the unpolled completions of qpn, as libmlx5's mlx5_cq_clean does when a QP
-    /// is reset or destroyed: polled later, they would retire slots of the QP's emptied
-    /// queues (or of a new QP with the same number) and wreck its counters. Later entries
-    /// move towards the producer over the gap, the consumer index advances past it. No
-    /// thread may poll this CQ meanwhile (libmlx5 holds the CQ lock).
+    /// Removes the unpolled completions of qpn when it is reset or destroyed (clean_cq_ring,
+    /// core/cq_clean.hpp, says why and how); the consumer index advances past the gap.
     void clean(uint32_t qpn) {
         std::lock_guard<std::mutex> lock(mu_);
         const uint32_t log = log2u(cnt_), mask = cnt_ - 1;
@@ -127,23 +125,9 @@ public:
         if (!mlx5::cqe_ready(&first, uint32_t(ci), log, false, &op_own)) return;  // nothing unpolled
         std::vector<mlx5_cqe64> ring(cnt_);
         dev_->read(q_, 0, ring.data(), ring_bytes_);
-        // The produced entries: [ci, end). One a producer is still writing ends the scan.
-        unsigned long long end = ci;
-        while (end - ci < cnt_ && mlx5::cqe_ready(&ring[end & mask], uint32_t(end), log, false, &op_own))
-            ++end;
-        uint32_t freed = 0;
-        for (unsigned long long i = end; i-- > ci;) {
-            mlx5_cqe64 e = ring[i & mask];
-            if (mlx5::decode_cqe(&e, e.op_own).qpn == qpn) {
-                ++freed;
-            } else if (freed) {
-                // The entry's new position may be on the next pass: give it that owner bit.
-                e.op_own =
-                    uint8_t((e.op_own & ~MLX5_CQE_OWNER_MASK) | mlx5::sw_owner(uint32_t(i + freed), log));
-                ring[(i + freed) & mask] = e;
-                dev_->write(q_, size_t((i + freed) & mask) * 64, &e, sizeof e);
-            }
-        }
+        const uint32_t freed = clean_cq_ring(ring.data(), log, ci, qpn, false, [&](size_t idx, const mlx5_cqe64& e) {
+            dev_->write(q_, idx * 64, &e, sizeof e);
+        });
         if (!freed) return;
         const unsigned long long nci = ci + freed;
         dev_->write_val(q_, ring_bytes_ + 64, nci);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/cq_clean.hpp"
 #include "cuda/cuda_rt.hpp"
 #include "gpuverbs/device/completion_queue_device.cuh"
 #include "verbs/verbs_backend.hpp"
@@ -154,23 +155,11 @@ void VerbsCq::detach_slots(uint32_t qpn) {
 // consumer index advances past the gap.
 void VerbsCq::clean(uint32_t qpn) {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint32_t log = log2u(cnt_), mask = cnt_ - 1;
-    auto* ring = mem_.at<mlx5_cqe64>(0);
     auto* ci_p = mem_.at<unsigned long long>(ring_bytes_ + kCiOff);
     const unsigned long long ci = atom::load_acquire(ci_p, true);
-    uint8_t op_own;
-    unsigned long long end = ci;
-    while (end - ci < cnt_ && mlx5::cqe_ready(&ring[end & mask], uint32_t(end), log, true, &op_own)) ++end;
-    uint32_t freed = 0;
-    for (unsigned long long i = end; i-- > ci;) {
-        mlx5_cqe64 e = ring[i & mask];
-        if (mlx5::decode_cqe(&e, e.op_own).qpn == qpn) {
-            ++freed;
-        } else if (freed) {
-            e.op_own = uint8_t((e.op_own & ~MLX5_CQE_OWNER_MASK) | mlx5::sw_owner(uint32_t(i + freed), log));
-            ring[(i + freed) & mask] = e;
-        }
-    }
+    // The ring itself (host memory): clean_cq_ring stores the moved entries there.
+    const uint32_t freed =
+        clean_cq_ring(mem_.at<mlx5_cqe64>(0), log2u(cnt_), ci, qpn, true, [](size_t, const mlx5_cqe64&) {});
     if (!freed) return;
     const unsigned long long nci = ci + freed;
     atom::store_release(ci_p, nci, true);
