@@ -12,7 +12,17 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <thread>
+
+/// A check in code a child process runs (or a parent's helper shared with one), where a
+/// GoogleTest assertion could not report: throws, saying what failed; the child's runner turns
+/// it into a non-zero exit with the message.
+#define XCHECK(cond, what)                                                                          \
+    do {                                                                                            \
+        if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + ": " + (what)); \
+    } while (0)
 
 namespace gvtest {
 

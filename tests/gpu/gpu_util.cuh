@@ -19,6 +19,14 @@
         ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);                 \
     } while (0)
 
+/// A CUDA call in code a child process runs (or that must not return early): throws on
+/// failure, naming the call and the error (XCHECK's CUDA form, tests/proc_util.hpp).
+#define CK(call)                                                                                            \
+    do {                                                                                                    \
+        cudaError_t e_ = (call);                                                                            \
+        if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
+    } while (0)
+
 namespace gvtest {
 
 /// cudaMalloc'd buffer, freed on scope exit.

@@ -45,16 +45,6 @@ constexpr uint32_t kSig = 4096;
 constexpr uint64_t kCounter0 = 1000;
 std::string g_exe;
 
-#define XCHECK(cond, what)                                                                          \
-    do {                                                                                            \
-        if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + ": " + (what)); \
-    } while (0)
-#define CK(call)                                                                                            \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
-    } while (0)
-
 /// Why the two-GPU tests cannot run here ("" when they can): fewer than two GPUs, or no peer
 /// access between GPUs 0 and 1.
 std::string two_gpu_reason() {

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/gpu_util.cuh"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"
@@ -44,17 +45,6 @@ constexpr uint32_t kImmW = 0x1234abcd, kImmS = 0x5a5a0001;
 std::string g_exe;
 std::string g_mps_note;
 bool g_no_mps = false;  // --no-mps: parent and children are plain CUDA processes
-
-
-#define XCHECK(cond, what)                                                                          \
-    do {                                                                                            \
-        if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + ": " + (what)); \
-    } while (0)
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
-    } while (0)
 
 __host__ __device__ uint8_t pattern(size_t i, uint8_t seed) { return uint8_t(i * 131 + seed * 7 + (i >> 8)); }
 __global__ void fill_k(uint8_t* p, size_t n, uint8_t seed) {

@@ -39,12 +39,7 @@ using gvtest::ms_since;
 constexpr uint64_t kNs = 1'000'000'000ull;  // one second in ns
 constexpr int kMs = 5000;                    // channel timeouts
 
-
 /// In a child: gtest assertions do not reach the parent, so failures throw (exit code 100).
-#define XCHECK(cond, what)                                                                          \
-    do {                                                                                            \
-        if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + ": " + (what)); \
-    } while (0)
 
 using gvtest::spawn;
 
