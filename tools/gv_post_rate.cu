@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
                                 mem.c_str(), nq, sn, threads, rate);
                 else
                     std::printf("%8u %8s %16.1f %16.1f\n", nq, sn, rate / 1e6, 1e9 / (rate / nq));
+                std::fflush(stdout);  // each row as it is measured (a run cut short keeps them)
             }
         }
         return 0;

@@ -339,6 +339,7 @@ private:
         if (proxy_id_ && proxy_) proxy_->remove(proxy_id_);
         proxy_id_ = 0;
         if (nic_) {
+            nic_->stop();  // nothing of the NIC touches the rings below once it returns
             const QpRing& r = nic_->ring();
             if (uar_ && gpu_ >= 0 && handler_ != DoorbellHandler::CpuProxy) mapper_.unmap(r.uar, 8);
             if (dbrec_mapped_) mapper_.unmap(r.dbrec, 8);

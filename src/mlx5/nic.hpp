@@ -77,6 +77,13 @@ public:
     virtual void reset() = 0;
     virtual QpState state() const = 0;
     virtual QpEndpoint endpoint() const = 0;
+    /// Called first when the backend destroys the QP: once it returns, the NIC reads and
+    /// writes none of the QP's rings and records, because the backend unmaps them for
+    /// kernels (cudaHostUnregister) next and the NIC's QP is destroyed after. A ConnectX
+    /// needs nothing here (it reaches the rings through its own DMA mappings, not through
+    /// CUDA's); the stand-in NIC's executor is a kernel that reads them through the very
+    /// mappings about to go. May be called more than once.
+    virtual void stop() noexcept {}
 };
 
 class Nic {

@@ -149,21 +149,32 @@ public:
         nic_.add(this);
     }
     ~StandinQp() override {
-        nic_.remove(this);  // the watcher launches nothing more for this QP
+        stop();
+        dev_->release(ctx_);
+        be::free_block(uar_mem_);
+        be::free_block(dbrec_mem_);
+        be::free_block(wq_);
+    }
+
+    /// The watcher launches nothing more for this QP, no other QP's executor follows its
+    /// peer pointer to it (qp_remove unlinks them), and what was launched before has finished:
+    /// the backend unmaps the host rings and the doorbell record (cudaHostUnregister) right
+    /// after, and an executor kernel still reading them would fault (cudaErrorIllegalAddress,
+    /// seen on the H200 in the CPU-proxy instance when this ran only in the destructor, after
+    /// the unmapping).
+    void stop() noexcept override {
+        if (stopped_) return;
+        stopped_ = true;
+        nic_.remove(this);
+        dev_->qp_remove(ring_.qpn);
         if (on_gpu()) {
-            // Launches already made may still run on the library's stream and read this QP's
-            // rings and records: a read of its state through that stream comes after them
-            // (the stream runs in order), so nothing below is freed under a running executor.
+            // Launches already made run on the library's stream, in order: a read of the QP's
+            // state through that stream comes after them.
             try {
                 (void)state();
             } catch (...) {
             }
         }
-        dev_->qp_remove(ring_.qpn);
-        dev_->release(ctx_);
-        be::free_block(uar_mem_);
-        be::free_block(dbrec_mem_);
-        be::free_block(wq_);
     }
 
     const be::QpRing& ring() const override { return ring_; }
@@ -252,6 +263,7 @@ private:
     std::shared_ptr<SoftDevice> dev_;
     be::Block wq_, dbrec_mem_, uar_mem_;
     Mem ctx_;
+    bool stopped_ = false;
     be::QpRing ring_;
 };
 
