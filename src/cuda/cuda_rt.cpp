@@ -170,6 +170,12 @@ void copy_from_device(void* dst, const void* src, size_t n) {
     GV_CUDA(cudaStreamSynchronize(s));
 }
 void memset_device(void* dst, int v, size_t n) {
+    // A memset runs on a stream of the GPU that holds dst (cudaMemsetAsync refuses another
+    // GPU's stream: cudaErrorInvalidValue, seen on the two-H200 machine when the calling
+    // thread's current GPU was the other one). Copies need no such care (unified addressing).
+    int gpu = -1;
+    const bool device = pointer_kind(dst, &gpu) == PtrKind::Device;
+    DeviceGuard guard(device ? gpu : -1);
     auto s = static_cast<cudaStream_t>(stream());
     GV_CUDA(cudaMemsetAsync(dst, v, n, s));
     GV_CUDA(cudaStreamSynchronize(s));

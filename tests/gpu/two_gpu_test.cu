@@ -166,6 +166,12 @@ __global__ void ops_kernel(dev::QpHandle h, Ops o, Result* r) {
 __global__ void post_recv_k(dev::QpHandle h, uint8_t* buf, uint32_t len, uint32_t lkey, Result* r) {
     r->st[8] = dev::recv(h, buf, len, lkey, kNs);
 }
+__global__ void write_wait_k(dev::QpHandle h, const uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey,
+                             Result* r) {
+    r->st[0] = dev::write(h, src, 4096, lkey, dst, rkey, kSignaled);
+    if (r->st[0] == Status::Ok) r->st[0] = dev::commit<Scope::Thread>(h);
+    r->st[1] = dev::wait_send(h, 1, r->c, 10 * kNs);
+}
 __global__ void wait_recv_k(dev::QpHandle h, Result* r) { r->st[9] = dev::wait_recv(h, 1, r->c + 7, 10 * kNs); }
 
 /// Checks what ops_kernel did, given the result and the peer's memory.
@@ -442,6 +448,52 @@ TEST(TwoGpu, NoPeerAccessIsAClearError) {
     }
 }
 
+// The library works on its context's GPU whatever GPU the calling thread has current, and
+// leaves the caller's current GPU as it was: a context, QPs, regions and a shared buffer on
+// GPU 0 made and connected from a thread whose current GPU is `cur`, then a WRITE between
+// them from a kernel on GPU 0 (the shared buffer's zeroing once failed with
+// cudaErrorInvalidValue when GPU 1 was current: a memset on GPU 1's stream for GPU 0's memory).
+void made_with_current_gpu(int cur) {
+    CK(cudaSetDevice(cur));
+    gvtest::Side s(0);
+    SharedBuffer b(s.ctx, 3 << 20);
+    // A shared buffer is mapped for its own GPU (and those it is connected to): a copy of it
+    // runs with that GPU current (cudaMemcpy from GPU 1's context fails: invalid argument).
+    CK(cudaSetDevice(0));
+    std::vector<uint8_t> z = download(b.data(), b.size());
+    EXPECT_EQ(std::count(z.begin(), z.end(), uint8_t(0)), long(z.size())) << "a new shared buffer is zeroed";
+    GpuMem src(0, 4096), dst(0, 4096);
+    fill(0, src.p, 4096, 3);
+    CK(cudaSetDevice(cur));
+    gvtest::Side t(0);
+    // The target region belongs to the responder's protection domain (an rkey of the
+    // requester's PD is a REMOTE_ACCESS_ERR at the responder).
+    MemoryRegion ms(s.pd, src.p, 4096, kAllAccess), md(t.pd, dst.p, 4096, kAllAccess);
+    s.qp.connect(t.qp.endpoint());
+    t.qp.connect(s.qp.endpoint());
+    int now = -1;
+    CK(cudaGetDevice(&now));
+    EXPECT_EQ(now, cur) << "the library changed the caller's current GPU";
+    ResultMem r;
+    CK(cudaSetDevice(0));
+    write_wait_k<<<1, 1>>>(s.h(), src.as<uint8_t>(), ms.lkey(), uint64_t(dst.p), md.rkey(), r.r);
+    CK(cudaDeviceSynchronize());
+    EXPECT_EQ(r->st[0], Status::Ok) << status_name(r->st[0]);
+    EXPECT_EQ(r->st[1], Status::Ok) << status_name(r->st[1]) << " (completion: " << mlx5::syndrome_name(r->c[0].status)
+                                    << ", QP " << qp_state_name(s.qp.state()) << ", peer "
+                                    << qp_state_name(t.qp.state()) << ")";
+    EXPECT_EQ(first_bad(dst.p, 4096, 3), -1);
+    CK(cudaSetDevice(0));
+}
+TEST(TwoGpu, MadeWithItsOwnGpuCurrent) {
+    SKIP_WITHOUT_TWO_GPUS();
+    made_with_current_gpu(0);
+}
+TEST(TwoGpu, MadeWithTheOtherGpuCurrent) {
+    SKIP_WITHOUT_TWO_GPUS();
+    made_with_current_gpu(1);
+}
+
 TEST(TwoGpu, GpuBeyondTheVisibleOnesIsAClearError) {
     const int n = Context::gpu_count();
     if (n < 1) GTEST_SKIP() << "no CUDA GPU visible";
@@ -475,7 +527,8 @@ constexpr size_t kRound = size_t(kOrderChunks) * kChunk;
 // Child (GPU 1): per round, kOrderChunks WRITEs of round data into the round's own region of
 // the parent's buffer, then the flag WRITE; a poller in the parent (GPU 0) checks each round.
 __global__ void xorder_writer(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey,
-                              uint64_t* src_flag, uint64_t flag, uint32_t rounds, unsigned long long* errors) {
+                              uint64_t* src_flag, uint64_t flag, uint32_t flag_rkey, uint32_t rounds, Result* res) {
+    __shared__ bool stop;
     for (uint32_t r = 1; r <= rounds; ++r) {
         uint8_t* mine = src + size_t(r) * kRound;
         if (threadIdx.x < kOrderChunks) {
@@ -486,11 +539,21 @@ __global__ void xorder_writer(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uin
         __syncthreads();
         if (threadIdx.x == kOrderChunks) {
             src_flag[r] = r;
-            dev::write(qp, &src_flag[r], 8, lkey, flag, rkey, kSignaled);
+            dev::write(qp, &src_flag[r], 8, lkey, flag, flag_rkey, kSignaled);
         }
-        dev::commit<Scope::Block>(qp);
-        if (threadIdx.x == 0 && dev::wait_send(qp, 1, nullptr, 5 * kNs) != Status::Ok) atomicAdd(errors, 1ull << 32);
+        const Status cs = dev::commit<Scope::Block>(qp);
+        if (threadIdx.x == 0) {
+            // The first failed round ends the writer, with what it saw (a failure the child reports).
+            const Status ws = dev::wait_send(qp, 1, &res->c[0], 5 * kNs, &res->n);
+            stop = cs != Status::Ok || ws != Status::Ok;
+            if (stop) {
+                res->st[10] = cs;
+                res->st[11] = ws;
+                res->n = r;
+            }
+        }
         __syncthreads();
+        if (stop) return;
     }
 }
 // Parent (GPU 0): waits for each round's flag (system scope: the writer is GPU 1's executor)
@@ -515,6 +578,16 @@ __global__ void xorder_poller(const uint8_t* dst, const uint64_t* flag, uint32_t
                 if (dst[size_t(r) * kRound + size_t(w) * kChunk + i] != uint8_t(r * 31 + w + i)) atomicAdd(errors, 1ull);
         __syncthreads();
     }
+}
+
+/// The first byte of round r's region of the parent's buffer that is not what the writer
+/// stores there (-1: all are).
+long first_bad_round(const uint8_t* dst, uint32_t r) {
+    std::vector<uint8_t> b = download(dst + size_t(r) * kRound, kRound);
+    for (uint32_t w = 0; w < kOrderChunks; ++w)
+        for (uint32_t i = 0; i < kChunk; ++i)
+            if (b[size_t(w) * kChunk + i] != uint8_t(r * 31 + w + i)) return long(size_t(w) * kChunk + i);
+    return -1;
 }
 
 void barrier(Channel& ch, uint8_t tag) { gvtest::barrier(ch, tag, kMs); }
@@ -554,12 +627,16 @@ int child_ops_role(int gpu, uint16_t port) {
            "old values " + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]));
     barrier(ch, 2);  // the parent checked; its poller starts
     barrier(ch, 3);
-    GpuMem err(gpu, 8);
+    ResultMem w;
     xorder_writer<<<1, 32>>>(s.h(), osrc, ml.lkey(), got.buffers[4].addr, got.buffers[4].rkey,
-                             reinterpret_cast<uint64_t*>(osrc), got.buffers[5].addr, kOrderRounds,
-                             err.as<unsigned long long>());
+                             reinterpret_cast<uint64_t*>(osrc), got.buffers[5].addr, got.buffers[5].rkey,
+                             kOrderRounds, w.r);
     CK(cudaDeviceSynchronize());
-    XCHECK(get<unsigned long long>(err.p) == 0, "ordering writer: send waits failed");
+    XCHECK(w->st[10] == Status::Ok && w->st[11] == Status::Ok,
+           "ordering writer, round " + std::to_string(w->n) + " of " + std::to_string(kOrderRounds) + ": commit " +
+               status_name(w->st[10]) + ", wait_send " + status_name(w->st[11]) + " (completion: " +
+               mlx5::syndrome_name(w->c[0].status) + "); the QP is in " + qp_state_name(s.qp.state()) +
+               ", syndrome " + mlx5::syndrome_name(s.qp.error_syndrome()));
     barrier(ch, 4);
     return 0;
 }
@@ -637,6 +714,7 @@ TEST(TwoGpu, EveryOperationAcrossGpusTwoProcesses) {
     gvtest::Side s(0);
     SharedBuffer dst(s.ctx, kBig + kSig), rsrc(s.ctx, kBig), counter(s.ctx, 8), sig(s.ctx, 8), rbuf(s.ctx, kMsg);
     SharedBuffer odata(s.ctx, (kOrderRounds + 1) * kRound), oflag(s.ctx, 8);
+    CK(cudaSetDevice(0));  // the buffers are mapped for GPU 0 (an earlier test may leave GPU 1 current)
     for (SharedBuffer* b : {&dst, &counter, &sig, &rbuf, &odata, &oflag}) CK(cudaMemset(b->data(), 0, b->size()));
     fill(0, rsrc.data(), kBig, 2);
     CK(cudaMemcpy(counter.data(), &kCounter0, 8, cudaMemcpyDefault));
@@ -683,7 +761,9 @@ TEST(TwoGpu, EveryOperationAcrossGpusTwoProcesses) {
     CK(cudaStreamSynchronize(st0));
     CK(cudaStreamDestroy(st0));
     const unsigned long long e = get<unsigned long long>(err.p);
-    EXPECT_EQ(e, 0ull) << "stale bytes seen on GPU 0: " << (e & 0xffffffff) << ", poller timeouts: " << (e >> 48);
+    EXPECT_EQ(e, 0ull) << "stale bytes seen on GPU 0: " << (e & 0xffffffff) << ", poller timeouts: " << (e >> 48)
+                       << "; the flag reads " << get<uint64_t>(oflag.data()) << ", round 1's first bad byte: "
+                       << first_bad_round(odata.as<uint8_t>(), 1);
     wd.step = "barrier 4 (the child's writer done)";
     barrier(ch, 4);
     wd.step = "waiting for the child to exit";
