@@ -33,6 +33,16 @@ struct VerbsOptions {
     /// docs/verbs.md; on InfiniBand index 0).
     uint8_t port = 1;
     int gid_index = -1;
+    /// GPUDirect write ordering (a GPU context only). When the device writes GPU memory (a
+    /// READ's or atomic's result, a SEND or WRITE-with-immediate into a receive buffer) and
+    /// the GPU does not natively order such writes for its own kernels
+    /// (cudaDevAttrGPUDirectRDMAWritesOrdering below "owner"), a kernel that sees the
+    /// completion could still read stale data: the proxy thread then flushes them
+    /// (cudaDeviceFlushGPUDirectRDMAWrites) after polling such completions and before
+    /// writing their CQEs. Auto: flush exactly when the GPU needs it; Always / Never: as
+    /// named (Never only where the application orders the data itself).
+    enum class GpuDirectFlush { Auto, Always, Never };
+    GpuDirectFlush gpudirect_flush = GpuDirectFlush::Auto;
 };
 
 /// Who rings a ConnectX's doorbell (Backend::Mlx5), as DOCA GPUNetIO and NVSHMEM's IBGDA

@@ -181,6 +181,30 @@ void memset_device(void* dst, int v, size_t n) {
     GV_CUDA(cudaStreamSynchronize(s));
 }
 
+int gpudirect_writes_ordering(int gpu) {
+    touch();
+    int v = -1;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrGPUDirectRDMAWritesOrdering, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return v;
+}
+bool gpudirect_flush_supported(int gpu) {
+    touch();
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrGPUDirectRDMAFlushWritesOptions, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return (v & cudaFlushGPUDirectRDMAWritesOptionHost) != 0;
+}
+void flush_gpudirect_writes(int gpu) {
+    DeviceGuard guard(gpu);
+    GV_CUDA(cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                               cudaFlushGPUDirectRDMAWritesToOwner));
+}
+
 /// True when the CUDA driver is loaded in this process, i.e. someone (gpuverbs, the
 /// application, a library) initialised CUDA. Never loads it.
 bool driver_loaded() {
@@ -272,6 +296,9 @@ void host_free(void*) {}
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_from_device(void*, const void*, size_t) { no_cuda(); }
 void memset_device(void*, int, size_t) { no_cuda(); }
+int gpudirect_writes_ordering(int) { return -1; }
+bool gpudirect_flush_supported(int) { return false; }
+void flush_gpudirect_writes(int) { no_cuda(); }
 PtrKind pointer_kind(const void*, int*) { return PtrKind::Host; }
 bool host_register(void*, size_t, void**) { no_cuda(); }
 void host_unregister(void*) {}

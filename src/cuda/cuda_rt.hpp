@@ -34,6 +34,17 @@ private:
     int prev_ = -1;  ///< the device to restore, or -1
 };
 
+/// GPUDirect RDMA writes into `gpu` (a NIC's writes into its memory): how far its own ordering
+/// reaches (cudaDevAttrGPUDirectRDMAWritesOrdering: 0 none, 100 the owning GPU's kernels see
+/// them in order, 200 every device does), -1 when unknown (no CUDA, or the query failed).
+int gpudirect_writes_ordering(int gpu);
+/// Whether cudaDeviceFlushGPUDirectRDMAWrites works on `gpu` (its flush-options attribute).
+bool gpudirect_flush_supported(int gpu);
+/// Blocks until every GPUDirect RDMA write that reached `gpu` before the call is visible to
+/// its kernels (cudaDeviceFlushGPUDirectRDMAWrites, to the owner), on any thread (the GPU is
+/// made current for the call). Throws CudaError naming the call.
+void flush_gpudirect_writes(int gpu);
+
 /// The 16-byte identity of GPU `gpu` (cudaDeviceProp::uuid): the same GPU has the same UUID
 /// in every process, whatever CUDA_VISIBLE_DEVICES renumbers.
 void device_uuid(int gpu, uint8_t out[16]);

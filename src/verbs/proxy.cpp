@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cuda/cuda_rt.hpp"
 #include "gpuverbs/device/atomic.cuh"
 #include "verbs/status.hpp"
 
@@ -82,6 +83,7 @@ ProxyStats Proxy::stats() const {
         s.completions += x.completions;
         s.cqes += x.cqes;
         s.backpressure += x.backpressure;
+        s.gpudirect_flushes += x.gpudirect_flushes;
         s.loops += x.loops;
         s.sleeps += x.sleeps;
     }
@@ -144,6 +146,7 @@ ProxyStats ProxyThread::stats() const {
     s.completions = ld(ctr_.completions);
     s.cqes = ld(ctr_.cqes);
     s.backpressure = ld(ctr_.backpressure);
+    s.gpudirect_flushes = ld(ctr_.gpudirect_flushes);
     s.loops = ld(ctr_.loops);
     s.sleeps = ld(ctr_.sleeps);
     return s;
@@ -261,11 +264,59 @@ size_t ProxyThread::poll(ProxyQp& p) {
         return 0;
     }
     bump(ctr_.completions, uint64_t(n));
+    if (p.gpudirect_flush_gpu >= 0 && n > 0 && batch_wrote_local(p, n)) flush_gpudirect(p);
     for (int i = 0; i < n; ++i) {
         if (wr_is_recv(wc_[i].wr_id)) on_recv(p, wc_[i]);
         else on_send(p, wc_[i]);
     }
     return size_t(n);
+}
+
+namespace {
+/// Work whose completion means the device wrote local memory: a READ's or atomic's result.
+bool writes_local(uint8_t mlx5_opcode) {
+    return mlx5_opcode == MLX5_OPCODE_RDMA_READ || mlx5_opcode == MLX5_OPCODE_ATOMIC_CS ||
+           mlx5_opcode == MLX5_OPCODE_ATOMIC_FA || mlx5_opcode == MLX5_OPCODE_ATOMIC_MASKED_CS ||
+           mlx5_opcode == MLX5_OPCODE_ATOMIC_MASKED_FA;
+}
+}  // namespace
+
+// Whether the first n polled completions retire work that wrote local memory: a successful
+// receive (a SEND's or WRITE-with-immediate's data), or a successful send completion that
+// retires (itself, or the unsignaled work before it, in RC order) a READ or an atomic.
+bool ProxyThread::batch_wrote_local(const ProxyQp& p, int n) const {
+    const uint64_t cap = p.track.size();
+    uint64_t h = p.head;
+    for (int i = 0; i < n; ++i) {
+        const ibv_wc& wc = wc_[i];
+        if (wc.status != IBV_WC_SUCCESS) continue;  // errors and flushes wrote nothing to wait for
+        if (wr_is_recv(wc.wr_id)) return true;
+        const uint64_t pos = wr_pos_near(wc.wr_id, p.sq_ci);
+        while (h != p.tail) {
+            const ProxyQp::Track& e = p.track[h & (cap - 1)];
+            ++h;
+            if (e.kind == SendKind::Post && writes_local(e.opcode)) return true;
+            if (e.pos == pos) break;
+        }
+    }
+    return false;
+}
+
+// The device's writes into GPU memory that these completions announce reach the GPU's
+// kernels before the CQEs do: the NIC wrote the data, then its completion, and the proxy saw
+// the completion; without the GPU's own ordering (VerbsOptions::gpudirect_flush) the data may
+// still be in flight towards GPU memory, so the flush comes between the poll and the CQEs.
+// A failed flush moves the QP to ERROR (its data cannot be vouched for); the completions of
+// this batch are still written, after the state.
+void ProxyThread::flush_gpudirect(ProxyQp& p) {
+    try {
+        cuda::flush_gpudirect_writes(p.gpudirect_flush_gpu);
+        bump(ctr_.gpudirect_flushes);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "gpuverbs proxy: QP 0x%x: flushing GPUDirect writes failed: %s; the QP goes to ERROR\n",
+                     p.q.qpn, e.what());
+        enter_error(p, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, true);
+    }
 }
 
 // A WQE completed without a completion of its own: unsignaled work requests before a

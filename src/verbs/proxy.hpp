@@ -52,6 +52,7 @@ struct ProxyStats {
     uint64_t completions = 0;   ///< work completions polled from the device
     uint64_t cqes = 0;          ///< CQEs written into user-visible rings
     uint64_t backpressure = 0;  ///< times a QP's WQEs were held back: the verbs QP was full
+    uint64_t gpudirect_flushes = 0;  ///< GPUDirect write flushes before completions (VerbsOptions::gpudirect_flush)
     uint64_t loops = 0;
     uint64_t sleeps = 0;
 };
@@ -74,6 +75,9 @@ struct ProxyQp {
     uint32_t max_send_sge = 1;  ///< granted
     uint32_t max_recv_sge = 1;
     uint32_t sig_interval = 1;  ///< an unsignaled run is signaled internally at this length
+    /// >= 0: that GPU's GPUDirect writes are flushed before the CQEs of a batch of
+    /// completions that retires work which wrote local memory (VerbsOptions::gpudirect_flush).
+    int gpudirect_flush_gpu = -1;
 
     // ---- the owning thread's ----
     /// A WQE read from the send ring and not yet completed, in ring order.
@@ -151,6 +155,8 @@ private:
     bool apply_changes();
 
     size_t poll(ProxyQp& p);
+    bool batch_wrote_local(const ProxyQp& p, int n) const;
+    void flush_gpudirect(ProxyQp& p);
     void on_send(ProxyQp& p, const ibv_wc& wc);
     void on_recv(ProxyQp& p, const ibv_wc& wc);
     size_t post_sends(ProxyQp& p, QpState st);
@@ -181,7 +187,7 @@ private:
     // Counters (written by the thread, read by anyone).
     struct Counters {
         std::atomic<uint64_t> send_wqes{0}, send_wrs{0}, recv_wrs{0}, post_calls{0}, completions{0}, cqes{0},
-            backpressure{0}, loops{0}, sleeps{0};
+            backpressure{0}, gpudirect_flushes{0}, loops{0}, sleeps{0};
     } ctr_;
 
     // Fixed batch arrays (bounded memory whatever the load).

@@ -11,7 +11,24 @@ VerbsBackend::VerbsBackend(std::unique_ptr<Provider> provider, int gpu, const Ve
     : provider_(std::move(provider)), gpu_(gpu), opts_(o) {
     GV_REQUIRE(o.proxy_threads >= 1 && o.proxy_threads <= 256,
                "VerbsOptions::proxy_threads " + std::to_string(o.proxy_threads) + " out of range: expected 1 .. 256");
+    flush_gpu_ = decide_gpudirect_flush(gpu, o.gpudirect_flush);
     proxy_ = std::make_unique<Proxy>(o.proxy_threads, o.max_idle_sleep_us);
+}
+
+int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode) {
+    using F = VerbsOptions::GpuDirectFlush;
+    if (gpu < 0 || mode == F::Never) return -1;
+    if (mode == F::Always) return gpu;
+    const int ordering = cuda::gpudirect_writes_ordering(gpu);
+    if (ordering >= 100) return -1;  // the owning GPU's kernels see the writes in order
+    if (cuda::gpudirect_flush_supported(gpu)) return gpu;
+    std::fprintf(stderr,
+                 "gpuverbs: GPU %d does not order GPUDirect RDMA writes for its kernels "
+                 "(cudaDevAttrGPUDirectRDMAWritesOrdering = %d) and cannot flush them "
+                 "(cudaDevAttrGPUDirectRDMAFlushWritesOptions lacks the host option): a kernel may see a "
+                 "READ's, atomic's or receive's completion before its data in GPU memory\n",
+                 gpu, ordering);
+    return -1;
 }
 
 VerbsBackend::~VerbsBackend() { proxy_.reset(); }

@@ -121,13 +121,23 @@ public:
     Provider& provider() { return *provider_; }
     Proxy& proxy() { return *proxy_; }
     const VerbsOptions& options() const { return opts_; }
+    /// The GPU whose GPUDirect writes the proxy flushes before completing work that wrote
+    /// local memory (VerbsOptions::gpudirect_flush), -1: none.
+    int gpudirect_flush_gpu() const { return flush_gpu_; }
 
 private:
     std::unique_ptr<Provider> provider_;  // destroyed last: the proxy's QPs are gone by then
     int gpu_;
     VerbsOptions opts_;
+    int flush_gpu_ = -1;
     std::unique_ptr<Proxy> proxy_;
 };
+
+/// Which GPU's GPUDirect writes the proxy flushes (-1: none) for a context on `gpu` (-1: CPU
+/// threads): Never or a CPU context none; Always the GPU; Auto the GPU when it does not order
+/// such writes for its own kernels and can flush them (one line on stderr when it can do
+/// neither).
+int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode);
 
 /// The proxy of a verbs context, for tests and tools (null for other backends).
 Proxy* proxy_of(const Context& ctx);

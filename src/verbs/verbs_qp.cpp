@@ -86,6 +86,7 @@ VerbsQp::VerbsQp(VerbsBackend& be, uint32_t pd, const QpOptions& o, VerbsCq* scq
     pq_.max_recv_sge = std::max(1u, g.max_recv_sge);
     // Half the granted depth: at least two signaled work requests are in any full queue.
     pq_.sig_interval = std::max(1u, pq_.max_send_wr / 2);
+    pq_.gpudirect_flush_gpu = be_.gpudirect_flush_gpu();
     pq_.reset_progress();
     be_.proxy().attach(&pq_);
 }

@@ -96,7 +96,8 @@ struct Rig {
     std::vector<std::unique_ptr<QueuePair>> qp;
     std::vector<uint8_t> local, remote;
     std::unique_ptr<MemoryRegion> lmr, rmr;
-    Rig(uint32_t qps, bool record, uint32_t proxy_threads)
+    Rig(uint32_t qps, bool record, uint32_t proxy_threads,
+        VerbsOptions::GpuDirectFlush flush = VerbsOptions::GpuDirectFlush::Auto)
         : sink(std::make_shared<v::SinkDevice>([&] {
               v::SinkOptions o;
               o.record = record;
@@ -106,6 +107,7 @@ struct Rig {
               VerbsOptions vo;
               vo.proxy_threads = proxy_threads;
               vo.max_idle_sleep_us = 0;
+              vo.gpudirect_flush = flush;
               return v::open_sink_context(sink, vo, 0);
           }()),
           pd(ctx),
@@ -222,6 +224,44 @@ TEST(GpuVerbsProxy, OrderingUnderLoad) {
     std::printf("kernels posted %llu WQEs in %.3f s: %.1f M WQE/s through 4 proxy threads into the sink "
                 "(%.1f work requests per list)\n",
                 (unsigned long long)total, s, total / s / 1e6, double(st.send_wrs) / double(st.post_calls));
+}
+
+// GPUDirect write flushes (VerbsOptions::gpudirect_flush): the proxy flushes before the CQEs
+// of a batch that retires a READ or an atomic (round 2: fetch-adds, round 3: READs, their
+// completions retire the unsignaled ones before them), never for WRITEs alone, never when
+// told not to; Auto flushes exactly when this GPU does not order such writes itself. The
+// flush itself (cudaDeviceFlushGPUDirectRDMAWrites) runs on this GPU from the proxy thread.
+TEST(GpuVerbsProxy, GpuDirectFlushesOnlyForWorkThatWroteLocalMemory) {
+    GV_SKIP_WITHOUT_GPU();
+    using F = VerbsOptions::GpuDirectFlush;
+    constexpr uint32_t kQps = 4;
+    int errors = 0;
+    {
+        Rig rig(kQps, false, 1, F::Always);
+        run_kernel(rig, kQps, 2, &errors);  // WRITE and inline WRITE rounds only
+        EXPECT_EQ(errors, 0);
+        EXPECT_EQ(v::proxy_of(rig.ctx)->stats().gpudirect_flushes, 0u) << "a flush for WRITEs alone";
+    }
+    {
+        Rig rig(kQps, false, 1, F::Always);
+        run_kernel(rig, kQps, 8, &errors);  // two fetch-add and two READ rounds per QP
+        EXPECT_EQ(errors, 0);
+        const v::ProxyStats st = v::proxy_of(rig.ctx)->stats();
+        EXPECT_GE(st.gpudirect_flushes, 1u) << "no flush before the completions of READs and fetch-adds";
+        EXPECT_LE(st.gpudirect_flushes, st.completions) << "at most one flush per polled batch";
+    }
+    {
+        Rig rig(kQps, false, 1, F::Never);
+        run_kernel(rig, kQps, 8, &errors);
+        EXPECT_EQ(errors, 0);
+        EXPECT_EQ(v::proxy_of(rig.ctx)->stats().gpudirect_flushes, 0u);
+    }
+    int ordering = -1;
+    ASSERT_EQ(cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, 0), cudaSuccess);
+    EXPECT_EQ(v::decide_gpudirect_flush(0, F::Auto) >= 0, ordering < cudaGPUDirectRDMAWritesOrderingOwner)
+        << "cudaDevAttrGPUDirectRDMAWritesOrdering = " << ordering;
+    std::printf("GPU 0: cudaDevAttrGPUDirectRDMAWritesOrdering = %d, so Auto %s\n", ordering,
+                v::decide_gpudirect_flush(0, F::Auto) >= 0 ? "flushes" : "does not flush");
 }
 
 }  // namespace

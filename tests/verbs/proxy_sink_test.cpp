@@ -76,6 +76,25 @@ TEST(ProxySink, OpensAVerbsContext) {
     EXPECT_NE(b.lkey(), b.rkey());
 }
 
+// A CPU context never flushes GPUDirect writes (there is no GPU whose kernels could see stale
+// data), whatever VerbsOptions::gpudirect_flush says; the GPU side is
+// GpuVerbsProxy.GpuDirectFlushesOnlyForWorkThatWroteLocalMemory.
+TEST(ProxySink, NoGpuDirectFlushOnACpuContext) {
+    using F = VerbsOptions::GpuDirectFlush;
+    for (F m : {F::Auto, F::Always, F::Never}) EXPECT_EQ(v::decide_gpudirect_flush(-1, m), -1);
+    auto s = sink(false);
+    VerbsOptions o;
+    o.gpudirect_flush = F::Always;
+    Pair p(v::open_sink_context(s, o));
+    const dev::QpHandle a = p.h(0);
+    HostBuf src(p.pd, 64, kLocalWrite), dst(p.pd, 64, kAllAccess);
+    ASSERT_EQ(dev::read(a, src.at(0), 64, src.lkey(), dst.addr(0), dst.rkey(), kSignaled), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c;
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+    EXPECT_EQ(v::proxy_of(p.ctx)->stats().gpudirect_flushes, 0u);
+}
+
 // Every operation through the proxy into the sink: the recorded work requests carry exactly
 // what the WQEs said, and the completions are those the software device writes.
 TEST(ProxySink, EveryOperationRecorded) {

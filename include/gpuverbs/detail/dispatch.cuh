@@ -64,9 +64,9 @@ GV_HOST_DEVICE void drive(const dev::QpHandle& qp) {
 ///          them. Nothing crosses PCIe.
 ///   mlx5   the context's loopback flush QP when the GPU does not order GPUDirect RDMA writes
 ///          for its kernels (ReadFlush, docs/mlx5.md).
-///   verbs  null: the proxy thread writes the CQE after it polled the verbs completion, so
-///          where a NIC wrote GPU memory the same ordering gap exists; it is the proxy's to
-///          close before it writes the CQE (cuFlushGPUDirectRDMAWrites, or this READ).
+///   verbs  null: the proxy thread closes the gap itself before it writes the CQEs
+///          (cudaDeviceFlushGPUDirectRDMAWrites after polling completions of work that wrote
+///          local memory, where the GPU needs it: VerbsOptions::gpudirect_flush).
 GV_HOST_DEVICE const dev::Mlx5Flush* flush_target(const dev::QpHandle& qp) {
     return qp.backend == Backend::Mlx5 ? qp.mlx5.flush : nullptr;
 }
