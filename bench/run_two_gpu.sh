@@ -48,41 +48,12 @@ one() {  # one BENCH ARGS...: a loopback case
     fi
     grep '^{' "$log" >> "$JL"
 }
-pair() {  # pair BENCH ARGS...: server on GPU 1 in the background, client on GPU 0 with ARGS
-    n=$((n + 1))
-    local tag slog clog spid crc src
-    tag=$(printf '%02d-%s' "$n" "$1")
-    slog="$LOGS/$tag.server.log"
-    clog="$LOGS/$tag.client.log"
-    echo "+ $1 --server --gpu 1 --no-mps --port $PORT --timeout 60" > "$slog"
-    echo "+ $* --gpu 0 --peer-gpu 1 --no-mps --port $PORT --timeout 60 --json 127.0.0.1" > "$clog"
-    timeout -k 10 "$LIMIT" "$BIN/$1" --server --gpu 1 --no-mps --port "$PORT" --timeout 60 >> "$slog" 2>&1 &
-    spid=$!
-    for _ in $(seq 300); do
-        grep -q 'waiting up to' "$slog" && break
-        kill -0 "$spid" 2> /dev/null || break
-        sleep 0.1
-    done
-    if ! grep -q 'waiting up to' "$slog"; then
-        kill "$spid" 2> /dev/null
-        wait "$spid"
-        echo "FAILED: $tag: the server did not start (see $slog)"
-        failed=$((failed + 1))
-        return
-    fi
-    timeout -k 10 "$LIMIT" "$BIN/$1" "${@:2}" --gpu 0 --peer-gpu 1 --no-mps --port "$PORT" --timeout 60 --json \
-        127.0.0.1 >> "$clog" 2>&1
-    crc=$?
-    wait "$spid"
-    src=$?
-    grep '^{' "$clog" >> "$JP"
-    if (( crc || src )); then
-        echo "FAILED: $tag (client exit $crc, server exit $src): see $clog and $slog"
-        failed=$((failed + 1))
-    else
-        echo "ok: $tag $*"
-    fi
-}
+# pair BENCH ARGS...: server on GPU 1 in the background, client on GPU 0 with ARGS
+# shellcheck source=bench/pair.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pair.sh"
+PAIR_SERVER_ARGS=(--gpu 1 --no-mps)
+PAIR_CLIENT_ARGS=(--gpu 0 --peer-gpu 1 --no-mps)
+pair() { run_pair "$JP" "$@"; }
 
 its() { local it=$(( (1 << 30) / ($1 * $2) )); (( it < 32 )) && it=32; (( it > 8192 )) && it=8192; echo $it; }
 

@@ -30,41 +30,12 @@ trap stop_mps EXIT
 
 n=0
 failed=0
-pair() {  # pair BENCH ARGS...: the server of BENCH in the background, the client with ARGS in front
-    n=$((n + 1))
-    local tag slog clog spid crc src
-    tag=$(printf '%02d-%s' "$n" "$1")
-    slog="$LOGS/$tag.server.log"
-    clog="$LOGS/$tag.client.log"
-    echo "+ $1 --server --port $PORT --timeout 60" > "$slog"
-    echo "+ $* --port $PORT --timeout 60 --json 127.0.0.1" > "$clog"
-    timeout -k 10 "$LIMIT" "$BIN/$1" --server --port "$PORT" --timeout 60 >> "$slog" 2>&1 &
-    spid=$!
-    # The server listens (after gv::mps::ensure: MPS is up for the client) once it says so.
-    for _ in $(seq 300); do
-        grep -q 'waiting up to' "$slog" && break
-        kill -0 "$spid" 2> /dev/null || break
-        sleep 0.1
-    done
-    if ! grep -q 'waiting up to' "$slog"; then
-        kill "$spid" 2> /dev/null
-        wait "$spid"
-        echo "FAILED: $tag: the server did not start (see $slog)"
-        failed=$((failed + 1))
-        return
-    fi
-    timeout -k 10 "$LIMIT" "$BIN/$1" "${@:2}" --port "$PORT" --timeout 60 --json 127.0.0.1 >> "$clog" 2>&1
-    crc=$?
-    wait "$spid"
-    src=$?
-    grep '^{' "$clog" >> "$J"
-    if (( crc || src )); then
-        echo "FAILED: $tag (client exit $crc, server exit $src): see $clog and $slog"
-        failed=$((failed + 1))
-    else
-        echo "ok: $tag $*"
-    fi
-}
+# pair BENCH ARGS...: the server of BENCH in the background, the client with ARGS in front
+# shellcheck source=bench/pair.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pair.sh"
+PAIR_SERVER_ARGS=()
+PAIR_CLIENT_ARGS=()
+pair() { run_pair "$J" "$@"; }
 
 # WRITE and READ bandwidth at the loopback suite's shape (264 QPs x 512 threads).
 for s in 8 4096 65536 1048576; do

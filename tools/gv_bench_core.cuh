@@ -21,14 +21,8 @@ inline ContextOptions context_for(const Opts& o) {
     return c;
 }
 
-struct Job {
-    dev::QpHandle qp;
-    dev::QpHandle peer;  // send: the receiving QP
-    uint8_t* src;
-    uint8_t* dst;
-    uint32_t lkey, rkey, dkey;
-    uint64_t slice;  // bytes per QP in src and dst
-};
+// One QP's work for a kernel block or a CPU initiator thread (gv_bench_cpu.hpp).
+using Job = CpuJob;
 
 __device__ __forceinline__ uint64_t off_of(uint32_t i, uint32_t size, uint64_t slice) {
     return (uint64_t(i) * size) % (slice - size + 1);
@@ -157,68 +151,9 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
     }
 }
 
-// CPU-initiated: post lists of `list` WQEs (the last one signaled), one doorbell per list,
-// up to kCpuLists lists in flight (CQ moderation as perftest's tx-depth), polled without
-// blocking the posting of the next list. A thread stops at its first failure (recorded in
-// *fail) or when a list's completion does not come within kCpuWaitNs (as the kernels' waits).
-
+// CPU-initiated on a GPU context: gv_bench_cpu.hpp's initiator, yielding every idle turn.
 void cpu_bw(const Job& j, uint32_t q, int op, uint32_t size, uint32_t iters, uint32_t list, Failure* fail) {
-    uint32_t outstanding = 0, reaped = 0;  // lists in flight, lists completed
-    // The signaled (last) work request of list k.
-    auto last_of = [&](uint32_t k) {
-        return uint32_t(std::min<uint64_t>(uint64_t(k + 1) * list, iters) - 1);
-    };
-    // Polls the send CQ; block: until a completion comes. False after a failure.
-    auto reap = [&](bool block) {
-        Completion c[kCpuLists];
-        uint32_t idle = 0;
-        uint64_t t0 = 0;
-        for (;;) {
-            uint32_t k = dev::poll_cq(j.qp.scq, c, kCpuLists);
-            for (uint32_t i = 0; i < k; ++i)
-                if (!c[i].ok()) {
-                    record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped + i),
-                                   Status::CompletionError, c[i]);
-                    return false;
-                }
-            outstanding -= k;
-            reaped += k;
-            if (k || !block) return true;
-            if ((++idle & 63) == 0) {  // bounded wait: read the clock now and then
-                const uint64_t now = atom::now_ns();
-                if (!t0) t0 = now;
-                else if (now - t0 > kCpuWaitNs) {
-                    record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), Status::Timeout);
-                    return false;
-                }
-            }
-            std::this_thread::yield();
-        }
-    };
-    for (uint32_t base = 0; base < iters; base += list) {
-        uint32_t n = std::min(list, iters - base);
-        while (outstanding >= kCpuLists)
-            if (!reap(true)) return;
-        for (uint32_t k = 0; k < n; ++k) {
-            uint64_t off = (uint64_t(base + k) * size) % (j.slice - size + 1);
-            uint32_t fl = k == n - 1 ? kSignaled : 0;
-            Status st = op == 0 ? dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
-                                : dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);
-            if (st != Status::Ok) {
-                record_failure(fail, Step::Post, q, j.qp.q.qpn, base + k, st);
-                return;
-            }
-        }
-        const Status cs = dev::commit(j.qp);
-        if (cs != Status::Ok) {
-            record_failure(fail, Step::Commit, q, j.qp.q.qpn, base + n - 1, cs);
-            return;
-        }
-        ++outstanding;
-        if (!reap(false)) return;
-    }
-    while (outstanding)
-        if (!reap(true)) return;
+    cpu_initiator(j, q, op, size, iters, list, fail, nullptr, CpuWait::Yield);
 }
 
 // Bytes per second of a cudaMemcpy device to device of `bytes`, best of five.

@@ -74,9 +74,19 @@ uint32_t cpu_reap(const dev::CqHandle& cq, uint32_t max, Failure* fail, Step ste
     return k;
 }
 
-/// The initiator of one QP: iters WQEs of op (0 write, 1 read, 2 send) in lists of `list`.
+/// How an initiator waits for its completions: cpu_idle's spin, yield, then 20 us sleeps (a
+/// verbs device or a CPU context, where the device's own work needs the cores), or a yield
+/// every turn (a GPU context: the executor is a kernel, and a sleeping poller would only add
+/// its wake-up to every list).
+enum class CpuWait { SpinYieldSleep, Yield };
+
+/// The initiator of one QP: iters WQEs of op (0 write, 1 read, 2 send) in lists of `list`
+/// (the last one signaled, one doorbell per list), up to kCpuLists lists in flight (CQ
+/// moderation as perftest's tx-depth), polled without blocking the posting of the next list.
+/// Stops at its first failure (recorded in *fail), when a list's completion does not come
+/// within kCpuWaitNs, or when *stop is set (stop may be null).
 void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t iters, uint32_t list,
-                   Failure* fail, const std::atomic<bool>* stop) {
+                   Failure* fail, const std::atomic<bool>* stop, CpuWait wait) {
     uint32_t outstanding = 0, reaped = 0;
     bool ok = true;
     auto last_of = [&](uint32_t k) { return uint32_t(std::min<uint64_t>(uint64_t(k + 1) * list, iters) - 1); };
@@ -89,9 +99,10 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
             outstanding -= k;
             reaped += k;
             if (k || !block) return true;
-            cpu_idle(spins);
+            if (wait == CpuWait::Yield) std::this_thread::yield();
+            else cpu_idle(spins);
             if ((spins & 255) == 255) {
-                if (stop->load(std::memory_order_relaxed)) return false;
+                if (stop && stop->load(std::memory_order_relaxed)) return false;
                 if (atom::now_ns() - t0 > kCpuWaitNs) {
                     record_failure(fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), Status::Timeout);
                     return false;
@@ -291,7 +302,8 @@ int run_cpu(Opts& o) {
             std::vector<std::thread> th;
             for (uint32_t q = 0; q < nq; ++q) {
                 if (op == 2) th.emplace_back(cpu_receiver, std::cref(jobs[q]), q, size, o.iters, depth, &f, &stop);
-                th.emplace_back(cpu_initiator, std::cref(jobs[q]), q, op, size, o.iters, o.threads, &f, &stop);
+                th.emplace_back(cpu_initiator, std::cref(jobs[q]), q, op, size, o.iters, o.threads, &f, &stop,
+                                CpuWait::SpinYieldSleep);
             }
             // A failed thread ends the others' waits at once instead of after their timeouts.
             for (auto& t : th) {

@@ -1,9 +1,14 @@
 // gv_probe_path: where the time of one WRITE goes, posted and waited for by a single CUDA
 // thread on the software device (clock64 around each step, averaged). The steps are the
 // library's own functions, in the order dev::write + dev::commit + dev::wait_send run them.
+// --peer-gpu N: the responder QP and the target buffer on GPU N (a cross-GPU QP: its executor
+// on GPU 0 reaches the peer's QP state, queues and memory over NVLink, with system-scope
+// fences), the steps timed on GPU 0 as before.
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
@@ -55,28 +60,48 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
 }
 
 const char* const kUsage =
-    "usage: gv_probe_path\n"
+    "usage: gv_probe_path [--peer-gpu N]\n"
     "Where the time of one WRITE goes on the software device, step by step (reserve, build,\n"
-    "publish, doorbell record, execute, poll), one CUDA thread, clock64. Needs a CUDA GPU.\n"
-    "  --help   this text\n"
+    "publish, doorbell record, execute, poll), one CUDA thread on GPU 0, clock64. Needs a CUDA GPU.\n"
+    "  --peer-gpu N   the responder QP and the target buffer on GPU N (1 .. 1023): a QP across GPUs\n"
+    "  --help         this text\n"
     "Exit status: 0 measured, 1 failed (the reason on stderr), 2 bad usage.\n";
 
 int main(int argc, char** argv) {
     return gvcli::run(argc, argv, kUsage, [](gvcli::Args& args) {
-        while (args.next()) args.unknown();  // no options but --help
+        int peer = -1;
+        while (args.next()) {
+            if (args.is("--peer-gpu")) peer = int(args.integer(1, 1023));
+            else args.unknown();
+        }
         gvbench::require_gpu();
+        if (peer >= 0 && peer >= Context::gpu_count())
+            throw gvcli::UsageError("--peer-gpu " + std::to_string(peer) + ": only " +
+                                    std::to_string(Context::gpu_count()) + " GPU(s) visible");
+        CUDA_CHECK(cudaSetDevice(0));
         Context ctx(ContextOptions{Backend::Soft, 0});
         ProtectionDomain pd(ctx);
-        CompletionQueue c0(ctx, {64}), c1(ctx, {64});
+        std::optional<Context> pctx;
+        std::optional<ProtectionDomain> ppd;
+        if (peer >= 0) {
+            pctx.emplace(ContextOptions{Backend::Soft, peer});
+            ppd.emplace(*pctx);
+        }
+        Context& bctx = peer >= 0 ? *pctx : ctx;
+        ProtectionDomain& bpd = peer >= 0 ? *ppd : pd;
+        CompletionQueue c0(ctx, {64}), c1(bctx, {64});
         QpOptions o;
         o.send_cq = o.recv_cq = &c0;
         QueuePair a(pd, o);
         o.send_cq = o.recv_cq = &c1;
-        QueuePair b(pd, o);
+        QueuePair b(bpd, o);
         a.connect(b.endpoint());
         b.connect(a.endpoint());
-        gvbench::Buffer<uint8_t> src(4096), dst(4096);
-        MemoryRegion ms(pd, src.get(), 4096, kLocalWrite), md(pd, dst.get(), 4096, kAllAccess);
+        gvbench::Buffer<uint8_t> src(4096);
+        if (peer >= 0) CUDA_CHECK(cudaSetDevice(peer));
+        gvbench::Buffer<uint8_t> dst(4096);
+        CUDA_CHECK(cudaSetDevice(0));
+        MemoryRegion ms(pd, src.get(), 4096, kLocalWrite), md(bpd, dst.get(), 4096, kAllAccess);
         gvbench::Buffer<unsigned long long> acc(kSteps, gvbench::Mem::Managed);
         gvbench::Buffer<gvbench::Failure> fail(1);
         CUDA_CHECK(cudaMemset(fail.get(), 0, sizeof(gvbench::Failure)));
@@ -90,8 +115,8 @@ int main(int argc, char** argv) {
         int clk = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0));
         double total = 0;
-        std::printf("# gv_probe_path: one thread, 8-byte signaled WRITE, %d iterations (SM clock %d MHz)\n",
-                    n - 10, clk / 1000);
+        std::printf("# gv_probe_path: one thread on GPU 0, 8-byte signaled WRITE to %s, %d iterations (SM clock %d MHz)\n",
+                    peer >= 0 ? ("GPU " + std::to_string(peer)).c_str() : "the same GPU", n - 10, clk / 1000);
         for (int k = 0; k < kSteps; ++k) {
             double ns = double(acc.get()[k]) / (n - 10) / (clk / 1e6);
             total += ns;
