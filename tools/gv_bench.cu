@@ -312,6 +312,7 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("-d", "--device")) o.device = args.value();
         else if (args.is("-x", "--gid-index")) o.gid_index = int(num(0, 255));
         else if (args.is("--proxy-idle-sleep-us")) o.proxy_idle_us = int(num(0, 100000));
+        else if (args.is("--proxy-only")) o.proxy_only = true;
         else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;
@@ -324,6 +325,9 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         throw gvcli::UsageError("--peer-gpu " + std::to_string(o.peer_gpu) + " is this process's GPU (--gpu)");
     if (o.peer_gpu >= 0 && (o.host_mem || !o.gpu_init || (!o.device.empty() && o.device != "soft")))
         throw gvcli::UsageError("--peer-gpu: GPU-initiated runs of the software device on device memory only");
+    if ((o.proxy_only || o.proxy_idle_us >= 0) && !verbs_device(o))
+        throw gvcli::UsageError(std::string(o.proxy_only ? "--proxy-only" : "--proxy-idle-sleep-us") +
+                                ": the verbs backend's proxy (a --device such as rxe0)");
 #if defined(__CUDACC__)
     const bool cpu_only = verbs_device(o);
 #else

@@ -219,11 +219,14 @@ ContextOptions cpu_context_for(const Opts& o) {
         c.backend = Backend::Verbs;
         c.device = o.device;
         c.verbs.gid_index = o.gid_index;
-        // Latency: the proxy busy-polls, as perftest's ping-pong does (an idle proxy that sleeps
-        // adds its wake-up to every message; measured in the Soft-RoCE VM: 61-1017 us against
-        // perftest's 18).
+        // The initiator threads post and poll themselves (cpu_posts_inline): the proxy thread is
+        // off their path and may sleep when idle. With --proxy-only it is on the path of every
+        // message, so for latency it busy-polls, as perftest's ping-pong does (a proxy that
+        // sleeps adds its wake-up to every message: 61-1017 us against perftest's 18 in the
+        // Soft-RoCE VM).
+        c.verbs.cpu_posts_inline = !o.proxy_only;
         if (o.proxy_idle_us >= 0) c.verbs.max_idle_sleep_us = uint32_t(o.proxy_idle_us);
-        else if (o.lat) c.verbs.max_idle_sleep_us = 0;
+        else if (o.lat && o.proxy_only) c.verbs.max_idle_sleep_us = 0;
     } else {
         c.backend = Backend::Soft;
     }

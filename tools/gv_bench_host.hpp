@@ -29,7 +29,8 @@ struct Opts {
                          // with CUDA), any other RDMA device the verbs backend (CPU initiators)
     int gid_index = -1;  // --gid-index (perftest's -x): the verbs backend's GID (-1: RoCE v2 first)
     int proxy_idle_us = -1;  // --proxy-idle-sleep-us: the verbs proxy's idle sleep bound (-1: 0 for
-                             // latency, as perftest busy-polls; the library's default otherwise)
+                             // latency with --proxy-only; the library's default otherwise)
+    bool proxy_only = false;  // --proxy-only: VerbsOptions::cpu_posts_inline off
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
     int gpu = 0;          // --gpu: this process's GPU (its context, its buffers, its kernels)
@@ -64,8 +65,11 @@ std::string usage(const std::string& me) {
         "                        memory, loopback (without CUDA every NAME but soft goes there)\n"
         "  -x, --gid-index N     the verbs backend's GID index (default: RoCE v2 over IPv4 first)\n"
         "      --proxy-idle-sleep-us N  the verbs backend's proxy: longest idle sleep, 0 .. 100000 us\n"
-        "                        (0: busy-poll; default 0 for latency, as perftest polls, else the\n"
-        "                        library's VerbsOptions default)\n"
+        "                        (0: busy-poll; default: the library's, or 0 for latency with\n"
+        "                        --proxy-only)\n"
+        "      --proxy-only      the verbs backend: only its proxy threads post and poll (by default\n"
+        "                        the initiator threads do it themselves when the proxy is not on the\n"
+        "                        QP: VerbsOptions::cpu_posts_inline)\n"
         "      --gpu N           this process's GPU (default 0)\n"
         "      --peer-gpu N      the peer's GPU: in loopback the responder QPs, their context and the\n"
         "                        target buffers are on GPU N (peer access over NVLink / PCIe); as a\n"

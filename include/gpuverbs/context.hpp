@@ -29,6 +29,13 @@ struct VerbsOptions {
     /// after an idle spell waits at most about this long. 0: never sleeps (a core per
     /// thread, lowest latency).
     uint32_t max_idle_sleep_us = 100;
+    /// A CPU thread that commits on a QP, posts a receive or waits for a completion does the
+    /// proxy's work for that QP itself when its proxy thread is not on it at that moment
+    /// (reads the published WQEs, posts them, polls the device's completions): one thread
+    /// hand-off less on a CPU initiator's path. Off: only proxy threads touch the device
+    /// (the committing thread never enters the verbs provider). Kernels always go through
+    /// the proxy threads.
+    bool cpu_posts_inline = true;
     /// Port of the device, and the source GID index (-1: RoCE v2 with an IPv4 address first,
     /// docs/verbs.md; on InfiniBand index 0).
     uint8_t port = 1;

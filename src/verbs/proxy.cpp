@@ -49,9 +49,11 @@ void ProxyQp::reset_progress() {
 
 // ---- Proxy --------------------------------------------------------------------------------
 
-Proxy::Proxy(uint32_t threads, uint32_t max_idle_sleep_us) {
+Proxy::Proxy(uint32_t threads, uint32_t max_idle_sleep_us, bool inline_steps, bool cpu_only) : inline_(inline_steps) {
     const uint32_t n = std::max(1u, threads);
-    for (uint32_t i = 0; i < n; ++i) threads_.push_back(std::make_unique<ProxyThread>(int(i), max_idle_sleep_us));
+    const uint32_t spin = inline_steps && cpu_only ? 64 : 2048;
+    for (uint32_t i = 0; i < n; ++i)
+        threads_.push_back(std::make_unique<ProxyThread>(int(i), max_idle_sleep_us, spin));
 }
 
 Proxy::~Proxy() { threads_.clear(); }
@@ -66,16 +68,41 @@ void Proxy::detach(ProxyQp* qp) {
     if (qp->thread < 0) return;
     threads_[size_t(qp->thread)]->detach(qp);
     qp->thread = -1;
+    // A CPU thread's inline step still running (its commit raced with this detach, which
+    // the QueuePair's contract rules out) is waited for: nobody touches the QP after this.
+    while (qp->busy.load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+void Proxy::step_inline(ProxyQp* qp) {
+    if (!inline_ || qp->thread < 0 || !qp->try_hold()) return;
+    // Batch arrays per CPU thread (the same for every context it posts on: one holder at a
+    // time per thread), made on its first inline step.
+    thread_local ProxyScratch scratch;
+    ProxyStep(scratch, inline_ctr_).step(*qp);
+    qp->let_go();
+    inline_steps_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Proxy::kick(const ProxyQp* qp) {
     if (qp->thread >= 0) threads_[size_t(qp->thread)]->kick();
 }
 
+void ProxyCounters::add_to(ProxyStats& s) const {
+    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.send_wqes += ld(send_wqes);
+    s.send_wrs += ld(send_wrs);
+    s.recv_wrs += ld(recv_wrs);
+    s.post_calls += ld(post_calls);
+    s.completions += ld(completions);
+    s.cqes += ld(cqes);
+    s.backpressure += ld(backpressure);
+    s.gpudirect_flushes += ld(gpudirect_flushes);
+}
+
 ProxyStats Proxy::stats() const {
     ProxyStats s;
     for (const auto& t : threads_) {
-        ProxyStats x = t->stats();
+        const ProxyStats x = t->stats();
         s.send_wqes += x.send_wqes;
         s.send_wrs += x.send_wrs;
         s.recv_wrs += x.recv_wrs;
@@ -87,18 +114,21 @@ ProxyStats Proxy::stats() const {
         s.loops += x.loops;
         s.sleeps += x.sleeps;
     }
+    inline_ctr_.add_to(s);
+    s.inline_steps = inline_steps_.load(std::memory_order_relaxed);
     return s;
 }
 
 // ---- ProxyThread: lifecycle ---------------------------------------------------------------
 
-ProxyThread::ProxyThread(int index, uint32_t max_idle_sleep_us)
-    : index_(index),
-      max_idle_sleep_us_(max_idle_sleep_us),
-      sslot_(new SendSlot[kProxyBatch]()),  // zeroed: translate_send writes only what RC uses
-      rslot_(new RecvSlot[kProxyBatch]()),
-      inline_(new uint8_t[size_t(kProxyBatch) * kMaxInlineCopy]),
-      wc_(new ibv_wc[kProxyBatch]) {
+ProxyScratch::ProxyScratch()
+    : sslot(new SendSlot[kProxyBatch]()),  // zeroed: translate_send writes only what RC uses
+      rslot(new RecvSlot[kProxyBatch]()),
+      inl(new uint8_t[size_t(kProxyBatch) * kMaxInlineCopy]),
+      wc(new ibv_wc[kProxyBatch]) {}
+
+ProxyThread::ProxyThread(int index, uint32_t max_idle_sleep_us, uint32_t spin_turns)
+    : index_(index), max_idle_sleep_us_(max_idle_sleep_us), spin_turns_(spin_turns) {
     thread_ = std::thread([this] { run(); });
 }
 
@@ -137,18 +167,10 @@ void ProxyThread::kick() {
 }
 
 ProxyStats ProxyThread::stats() const {
-    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     ProxyStats s;
-    s.send_wqes = ld(ctr_.send_wqes);
-    s.send_wrs = ld(ctr_.send_wrs);
-    s.recv_wrs = ld(ctr_.recv_wrs);
-    s.post_calls = ld(ctr_.post_calls);
-    s.completions = ld(ctr_.completions);
-    s.cqes = ld(ctr_.cqes);
-    s.backpressure = ld(ctr_.backpressure);
-    s.gpudirect_flushes = ld(ctr_.gpudirect_flushes);
-    s.loops = ld(ctr_.loops);
-    s.sleeps = ld(ctr_.sleeps);
+    ctr_.add_to(s);
+    s.loops = loops_.load(std::memory_order_relaxed);
+    s.sleeps = sleeps_.load(std::memory_order_relaxed);
     return s;
 }
 
@@ -165,7 +187,7 @@ bool ProxyThread::apply_changes() {
 }
 
 namespace {
-void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 }  // namespace
 
 // The loop: every QP of the thread takes one step (completions, receives, one batch of
@@ -175,7 +197,8 @@ void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.store(c.load(std::memory
 // objects detach their QPs before the context (and so the proxy) can go away, so a stopped
 // thread has nothing left to complete or flush.
 void ProxyThread::run() {
-    constexpr uint32_t kSpinTurns = 2048;
+    const uint32_t kSpinTurns = spin_turns_;
+    ProxyStep stepper(scratch_, ctr_);
     uint32_t idle = 0;
     for (;;) {
         if (changes_.load(std::memory_order_acquire) || stop_.load(std::memory_order_relaxed)) {
@@ -183,8 +206,12 @@ void ProxyThread::run() {
             if (apply_changes()) return;
         }
         size_t work = 0;
-        for (ProxyQp* p : qps_) work += step(*p);
-        bump(ctr_.loops);
+        for (ProxyQp* p : qps_) {
+            if (!p->try_hold()) continue;  // a CPU thread steps it inline right now
+            work += stepper.step(*p);
+            p->let_go();
+        }
+        bump(loops_);
         if (work) {
             idle = 0;
             continue;
@@ -206,13 +233,13 @@ void ProxyThread::run() {
         sleeping_.store(false, std::memory_order_relaxed);
         if (kicked_) idle = kSpinTurns;  // back to short sleeps
         kicked_ = false;
-        bump(ctr_.sleeps);
+        bump(sleeps_);
     }
 }
 
 // ---- one QP's step ------------------------------------------------------------------------
 
-size_t ProxyThread::step(ProxyQp& p) {
+size_t ProxyStep::step(ProxyQp& p) {
     // The state the host last moved the QP to (or ERROR from this thread). Acquire: the
     // host's device-side transition (ibv_modify_qp) happened before its release store.
     const QpState st = QpState(atom::load_acquire(p.state, true));
@@ -224,13 +251,13 @@ size_t ProxyThread::step(ProxyQp& p) {
     return work;
 }
 
-void ProxyThread::push(ProxyQp& p, CqRing* cq, const mlx5::CqeFields& f) {
+void ProxyStep::push(ProxyQp& p, CqRing* cq, const mlx5::CqeFields& f) {
     bump(ctr_.cqes);
     // A full CQ loses the completion and moves the QP to ERROR, as on the software device.
     if (!cq->push(f)) enter_error(p, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, true);
 }
 
-void ProxyThread::enter_error(ProxyQp& p, uint8_t syndrome, bool move_device) {
+void ProxyStep::enter_error(ProxyQp& p, uint8_t syndrome, bool move_device) {
     // The first cause is kept (0: the user moved it there; a flush names no cause).
     if (syndrome && syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) {
         uint32_t expect = 0;
@@ -255,8 +282,8 @@ void ProxyThread::enter_error(ProxyQp& p, uint8_t syndrome, bool move_device) {
 
 // ---- completions ----------------------------------------------------------------------------
 
-size_t ProxyThread::poll(ProxyQp& p) {
-    const int n = p.port->poll(int(kProxyBatch), wc_.get());
+size_t ProxyStep::poll(ProxyQp& p) {
+    const int n = p.port->poll(int(kProxyBatch), s_.wc.get());
     if (n < 0) {
         std::fprintf(stderr, "gpuverbs proxy: polling the CQ of QP 0x%x failed (errno %d): the QP goes to ERROR\n",
                      p.q.qpn, -n);
@@ -266,8 +293,8 @@ size_t ProxyThread::poll(ProxyQp& p) {
     bump(ctr_.completions, uint64_t(n));
     if (p.gpudirect_flush_gpu >= 0 && n > 0 && batch_wrote_local(p, n)) flush_gpudirect(p);
     for (int i = 0; i < n; ++i) {
-        if (wr_is_recv(wc_[i].wr_id)) on_recv(p, wc_[i]);
-        else on_send(p, wc_[i]);
+        if (wr_is_recv(s_.wc[i].wr_id)) on_recv(p, s_.wc[i]);
+        else on_send(p, s_.wc[i]);
     }
     return size_t(n);
 }
@@ -284,11 +311,11 @@ bool writes_local(uint8_t mlx5_opcode) {
 // Whether the first n polled completions retire work that wrote local memory: a successful
 // receive (a SEND's or WRITE-with-immediate's data), or a successful send completion that
 // retires (itself, or the unsignaled work before it, in RC order) a READ or an atomic.
-bool ProxyThread::batch_wrote_local(const ProxyQp& p, int n) const {
+bool ProxyStep::batch_wrote_local(const ProxyQp& p, int n) const {
     const uint64_t cap = p.track.size();
     uint64_t h = p.head;
     for (int i = 0; i < n; ++i) {
-        const ibv_wc& wc = wc_[i];
+        const ibv_wc& wc = s_.wc[i];
         if (wc.status != IBV_WC_SUCCESS) continue;  // errors and flushes wrote nothing to wait for
         if (wr_is_recv(wc.wr_id)) return true;
         const uint64_t pos = wr_pos_near(wc.wr_id, p.sq_ci);
@@ -308,7 +335,7 @@ bool ProxyThread::batch_wrote_local(const ProxyQp& p, int n) const {
 // still be in flight towards GPU memory, so the flush comes between the poll and the CQEs.
 // A failed flush moves the QP to ERROR (its data cannot be vouched for); the completions of
 // this batch are still written, after the state.
-void ProxyThread::flush_gpudirect(ProxyQp& p) {
+void ProxyStep::flush_gpudirect(ProxyQp& p) {
     try {
         cuda::flush_gpudirect_writes(p.gpudirect_flush_gpu);
         bump(ctr_.gpudirect_flushes);
@@ -322,11 +349,11 @@ void ProxyThread::flush_gpudirect(ProxyQp& p) {
 // A WQE completed without a completion of its own: unsignaled work requests before a
 // signaled one (they succeeded with it) or before a flushed one on a provider that flushes
 // only some (they were flushed: errors always complete), and NOPs.
-void ProxyThread::complete_implicit(ProxyQp& p, const ProxyQp::Track& e, uint8_t syndrome) {
+void ProxyStep::complete_implicit(ProxyQp& p, const ProxyQp::Track& e, uint8_t syndrome) {
     if (syndrome || e.user_signaled) push(p, p.scq, local_send_cqe(p.q.qpn, e.pos, e.opcode, syndrome));
 }
 
-void ProxyThread::on_send(ProxyQp& p, const ibv_wc& wc) {
+void ProxyStep::on_send(ProxyQp& p, const ibv_wc& wc) {
     const uint64_t pos = wr_pos_near(wc.wr_id, p.sq_ci);
     // RC completes in order: whatever precedes this work request is done. Before a success or
     // the first error it succeeded; before a flush it was flushed.
@@ -356,7 +383,7 @@ void ProxyThread::on_send(ProxyQp& p, const ibv_wc& wc) {
     complete_head(p);
 }
 
-void ProxyThread::on_recv(ProxyQp& p, const ibv_wc& wc) {
+void ProxyStep::on_recv(ProxyQp& p, const ibv_wc& wc) {
     const uint64_t index = wr_pos_near(wc.wr_id, p.rq_ci);
     --p.recv_inflight;
     if (wc.status != IBV_WC_SUCCESS) enter_error(p, wc_status_to_syndrome(wc.status), false);
@@ -365,7 +392,7 @@ void ProxyThread::on_recv(ProxyQp& p, const ibv_wc& wc) {
 
 // The WQEs at the head that need no device completion: NOPs (done once everything before
 // them is), and a malformed WQE (its error CQE, then ERROR).
-void ProxyThread::complete_head(ProxyQp& p) {
+void ProxyStep::complete_head(ProxyQp& p) {
     while (p.head != p.tail) {
         const ProxyQp::Track e = p.track[p.head & (p.track.size() - 1)];
         if (e.kind == SendKind::Post) return;
@@ -387,7 +414,7 @@ void ProxyThread::complete_head(ProxyQp& p) {
 
 // ---- posting --------------------------------------------------------------------------------
 
-size_t ProxyThread::post_sends(ProxyQp& p, QpState st) {
+size_t ProxyStep::post_sends(ProxyQp& p, QpState st) {
     if (p.error) return flush_sends(p);
     if (st != QpState::Rts && st != QpState::Sqd) return 0;  // held until RTS, as on the device
     // Ordering, GPU to proxy. A poster writes its WQE (plain stores into pinned host memory),
@@ -409,9 +436,9 @@ size_t ProxyThread::post_sends(ProxyQp& p, QpState st) {
     size_t read = 0;
     ibv_send_wr* prev = nullptr;
     while (published && !p.halted && n < kProxyBatch && p.tail - p.head < cap) {
-        SendSlot& s = sslot_[n];
+        SendSlot& s = s_.sslot[n];
         const SendTranslation t = translate_send(p.q.sq, p.q.sq_log_bb, p.sq_ci, published, lim, s,
-                                                 inline_.get() + size_t(n) * kMaxInlineCopy);
+                                                 s_.inl.get() + size_t(n) * kMaxInlineCopy);
         if (t.kind == SendKind::Post) {
             // Backpressure: never more in flight than the verbs QP was granted. The WQE stays
             // in the ring (its slot is not retired) and is read again once room frees.
@@ -456,7 +483,7 @@ size_t ProxyThread::post_sends(ProxyQp& p, QpState st) {
     if (n) {
         ibv_send_wr* bad = nullptr;
         bump(ctr_.post_calls);
-        const int rc = p.port->post_send(&sslot_[0].wr, &bad);
+        const int rc = p.port->post_send(&s_.sslot[0].wr, &bad);
         if (rc) rewind_sends(p, bad, rc);
         else bump(ctr_.send_wrs, n);
     }
@@ -466,9 +493,9 @@ size_t ProxyThread::post_sends(ProxyQp& p, QpState st) {
 
 // ibv_post_send took the list up to `bad`: the rest was not posted. Those WQEs are forgotten
 // here and read again from the ring (they are not retired: their slots hold them).
-void ProxyThread::rewind_sends(ProxyQp& p, const ibv_send_wr* bad, int rc) {
+void ProxyStep::rewind_sends(ProxyQp& p, const ibv_send_wr* bad, int rc) {
     const uint64_t cap = p.track.size();
-    const uint64_t from = wr_pos_near(bad ? bad->wr_id : sslot_[0].wr.wr_id, p.sq_ci);
+    const uint64_t from = wr_pos_near(bad ? bad->wr_id : s_.sslot[0].wr.wr_id, p.sq_ci);
     uint64_t posted = 0;
     while (p.tail != p.head && p.track[(p.tail - 1) & (cap - 1)].pos >= from) {
         --p.tail;
@@ -477,7 +504,7 @@ void ProxyThread::rewind_sends(ProxyQp& p, const ibv_send_wr* bad, int rc) {
         if (e.kind == SendKind::Malformed) p.halted = false;
     }
     if (bad)
-        for (const ibv_send_wr* w = &sslot_[0].wr; w && w != bad; w = w->next) ++posted;
+        for (const ibv_send_wr* w = &s_.sslot[0].wr; w && w != bad; w = w->next) ++posted;
     bump(ctr_.send_wrs, posted);
     p.sq_ci = from;
     p.unsignaled = p.sig_interval;  // the next one is signaled: nothing relies on what was lost
@@ -507,7 +534,7 @@ void ProxyThread::rewind_sends(ProxyQp& p, const ibv_send_wr* bad, int rc) {
                  "it completes with LOCAL_QP_OP_ERR\n", p.q.qpn, static_cast<unsigned long long>(from), rc);
 }
 
-size_t ProxyThread::post_recvs(ProxyQp& p, QpState st) {
+size_t ProxyStep::post_recvs(ProxyQp& p, QpState st) {
     if (p.error) return flush_recvs(p);
     // Receives are taken from INIT on (a peer's early SEND finds them), not in RESET.
     if (st == QpState::Reset) return 0;
@@ -526,7 +553,7 @@ size_t ProxyThread::post_recvs(ProxyQp& p, QpState st) {
             break;
         }
         const uint8_t* wqe = p.q.rq + ((p.rq_ci & (cnt - 1)) << p.q.rq_log_stride);
-        RecvSlot& s = rslot_[n];
+        RecvSlot& s = s_.rslot[n];
         if (!translate_recv(wqe, p.rq_stride, p.rq_ci, p.max_recv_sge, s)) {
             bad_wqe = true;  // more entries than the verbs QP takes
             break;
@@ -541,7 +568,7 @@ size_t ProxyThread::post_recvs(ProxyQp& p, QpState st) {
     if (n) {
         ibv_recv_wr* bad = nullptr;
         bump(ctr_.post_calls);
-        const int rc = p.port->post_recv(&rslot_[0].wr, &bad);
+        const int rc = p.port->post_recv(&s_.rslot[0].wr, &bad);
         uint32_t posted = n;
         if (rc) {
             const uint64_t from = bad ? wr_pos_near(bad->wr_id, p.rq_ci) : p.rq_ci - n;
@@ -565,7 +592,7 @@ size_t ProxyThread::post_recvs(ProxyQp& p, QpState st) {
 
 // In ERROR: once nothing is in flight (the device flushed it), every WQE published since is
 // completed here with WR_FLUSH_ERR, in order, never posted.
-size_t ProxyThread::flush_sends(ProxyQp& p) {
+size_t ProxyStep::flush_sends(ProxyQp& p) {
     if (p.head != p.tail) {
         complete_head(p);
         if (p.head != p.tail) return 0;
@@ -588,7 +615,7 @@ size_t ProxyThread::flush_sends(ProxyQp& p) {
     return k;
 }
 
-size_t ProxyThread::flush_recvs(ProxyQp& p) {
+size_t ProxyStep::flush_recvs(ProxyQp& p) {
     if (p.recv_inflight) return 0;  // the device's flushes of posted receives come first
     const uint32_t pi = mlx5::read_rq_dbrec(p.q.dbrec, true);
     uint32_t pending = (pi - uint32_t(p.rq_ci)) & 0xffff;

@@ -4,9 +4,11 @@
 // rings device code polls. docs/verbs.md ("The verbs backend") describes the loop, its
 // memory ordering, backpressure and shutdown.
 //
-// Ownership: a QP belongs to one proxy thread (assigned round-robin when it is created):
-// that thread alone reads its rings, posts its work requests and polls its device CQ (each
-// QP has a device CQ of its own). Several threads may complete into one user-visible CQ
+// Ownership: a QP belongs to one proxy thread (assigned round-robin when it is created).
+// Whoever holds the QP (ProxyQp::busy, a try-lock) reads its rings, posts its work requests
+// and polls its device CQ (each QP has a device CQ of its own): its proxy thread, or a CPU
+// thread that just committed on it or waits for it (Proxy::step_inline: one hand-off less on
+// a CPU initiator's path). A holder that finds the QP taken leaves it to the other one. Several threads may complete into one user-visible CQ
 // (QPs of different threads sharing it): its producer index is an atomic counter, as in the
 // software device (CqRing::push), and each QP's completions are written by its one thread,
 // so they stay in order.
@@ -53,6 +55,7 @@ struct ProxyStats {
     uint64_t cqes = 0;          ///< CQEs written into user-visible rings
     uint64_t backpressure = 0;  ///< times a QP's WQEs were held back: the verbs QP was full
     uint64_t gpudirect_flushes = 0;  ///< GPUDirect write flushes before completions (VerbsOptions::gpudirect_flush)
+    uint64_t inline_steps = 0;  ///< steps CPU threads ran themselves on committing or waiting (Proxy::step_inline)
     uint64_t loops = 0;
     uint64_t sleeps = 0;
 };
@@ -101,6 +104,11 @@ struct ProxyQp {
     uint32_t recv_inflight = 0;
     bool error = false;          ///< ERROR seen: everything left completes flushed
     int thread = -1;             ///< the owning thread (Proxy::attach)
+    /// Held by whoever steps the QP (its proxy thread or a CPU thread inline): acquire on
+    /// taking it, release on letting go, so each holder sees what the last one left.
+    std::atomic<bool> busy{false};
+    bool try_hold() { return !busy.load(std::memory_order_relaxed) && !busy.exchange(true, std::memory_order_acquire); }
+    void let_go() { busy.store(false, std::memory_order_release); }
 
     /// Back to the start (a new QP, or after QueuePair::reset()).
     void reset_progress();
@@ -108,11 +116,23 @@ struct ProxyQp {
 
 class ProxyThread;
 
+/// Counters of one proxy thread, or of the CPU threads' inline steps of a context (the
+/// latter have several writers: every increment is an atomic add).
+struct ProxyCounters {
+    std::atomic<uint64_t> send_wqes{0}, send_wrs{0}, recv_wrs{0}, post_calls{0}, completions{0}, cqes{0},
+        backpressure{0}, gpudirect_flushes{0};
+    void add_to(ProxyStats& s) const;
+};
+
 /// A context's proxy threads.
 class Proxy {
 public:
-    /// threads >= 1; max_idle_sleep_us bounds an idle thread's sleep (0: it never sleeps).
-    Proxy(uint32_t threads, uint32_t max_idle_sleep_us);
+    /// threads >= 1; max_idle_sleep_us bounds an idle thread's sleep (0: it never sleeps);
+    /// inline_steps: CPU threads step their QPs themselves (step_inline). cpu_only: nothing
+    /// but CPU threads posts (a CPU context): with inline steps the threads are a fallback
+    /// (work whose committer found the QP held, completions nobody waits for) and spin
+    /// briefly before they sleep, leaving the cores to the committers.
+    Proxy(uint32_t threads, uint32_t max_idle_sleep_us, bool inline_steps = true, bool cpu_only = false);
     /// Stops every thread (after the QPs detached: they complete or flush what they can
     /// first, see ProxyThread::run).
     ~Proxy();
@@ -125,35 +145,40 @@ public:
     void detach(ProxyQp* qp);
     /// Wakes the QP's thread if it sleeps (a host waiter found nothing to poll).
     void kick(const ProxyQp* qp);
+    /// A CPU thread that committed on the QP, posted a receive or waits for it steps the QP
+    /// itself (completions, receives, sends) when nobody else holds it, with batch arrays
+    /// of its own; otherwise the holder (its proxy thread) does the work. Nothing for a
+    /// detached QP, or when VerbsOptions::cpu_posts_inline is off.
+    void step_inline(ProxyQp* qp);
     uint32_t threads() const { return uint32_t(threads_.size()); }
     ProxyStats stats() const;
 
 private:
     std::vector<std::unique_ptr<ProxyThread>> threads_;
     std::atomic<uint32_t> next_{0};
+    bool inline_;
+    ProxyCounters inline_ctr_;
+    std::atomic<uint64_t> inline_steps_{0};
 };
 
-/// Work requests one proxy step posts per QP at most (the batch arrays are this long).
-inline constexpr uint32_t kProxyBatch = 32;
+/// Fixed batch arrays of whoever steps a QP (bounded memory whatever the load).
+struct ProxyScratch {
+    ProxyScratch();
+    std::unique_ptr<SendSlot[]> sslot;
+    std::unique_ptr<RecvSlot[]> rslot;
+    std::unique_ptr<uint8_t[]> inl;
+    std::unique_ptr<ibv_wc[]> wc;
+};
 
-/// One proxy thread: its QPs and the fixed batch arrays its posts and polls use.
-class ProxyThread {
+/// One step of a QP by its holder (ProxyQp::busy), with the holder's batch arrays and
+/// counters: completions, receives, sends.
+class ProxyStep {
 public:
-    ProxyThread(int index, uint32_t max_idle_sleep_us);
-    ~ProxyThread();
-    void attach(ProxyQp* qp);
-    void detach(ProxyQp* qp);
-    void kick();
-    ProxyStats stats() const;
-
-    /// One step of one QP (tests drive it without a thread through run_once): completions,
-    /// receives, sends. Returns how much it did (0: idle).
+    ProxyStep(ProxyScratch& s, ProxyCounters& c) : s_(s), ctr_(c) {}
+    /// Returns how much it did (0: idle).
     size_t step(ProxyQp& p);
 
 private:
-    void run();
-    bool apply_changes();
-
     size_t poll(ProxyQp& p);
     bool batch_wrote_local(const ProxyQp& p, int n) const;
     void flush_gpudirect(ProxyQp& p);
@@ -169,8 +194,31 @@ private:
     void enter_error(ProxyQp& p, uint8_t syndrome, bool move_device);
     void push(ProxyQp& p, CqRing* cq, const mlx5::CqeFields& f);
 
+    ProxyScratch& s_;
+    ProxyCounters& ctr_;
+};
+
+/// Work requests one proxy step posts per QP at most (the batch arrays are this long).
+inline constexpr uint32_t kProxyBatch = 32;
+
+/// One proxy thread: its QPs and the fixed batch arrays its posts and polls use.
+class ProxyThread {
+public:
+    /// spin_turns: idle turns spent spinning before the first sleep.
+    ProxyThread(int index, uint32_t max_idle_sleep_us, uint32_t spin_turns);
+    ~ProxyThread();
+    void attach(ProxyQp* qp);
+    void detach(ProxyQp* qp);
+    void kick();
+    ProxyStats stats() const;
+
+private:
+    void run();
+    bool apply_changes();
+
     const int index_;
     const uint32_t max_idle_sleep_us_;
+    const uint32_t spin_turns_;
     std::vector<ProxyQp*> qps_;  // the thread's own list
 
     // Attach / detach requests, applied by the thread at the top of its loop.
@@ -184,17 +232,9 @@ private:
     std::atomic<bool> sleeping_{false};
     bool kicked_ = false;
 
-    // Counters (written by the thread, read by anyone).
-    struct Counters {
-        std::atomic<uint64_t> send_wqes{0}, send_wrs{0}, recv_wrs{0}, post_calls{0}, completions{0}, cqes{0},
-            backpressure{0}, gpudirect_flushes{0}, loops{0}, sleeps{0};
-    } ctr_;
-
-    // Fixed batch arrays (bounded memory whatever the load).
-    std::unique_ptr<SendSlot[]> sslot_;
-    std::unique_ptr<RecvSlot[]> rslot_;
-    std::unique_ptr<uint8_t[]> inline_;
-    std::unique_ptr<ibv_wc[]> wc_;
+    ProxyCounters ctr_;
+    std::atomic<uint64_t> loops_{0}, sleeps_{0};
+    ProxyScratch scratch_;
 
     std::thread thread_;
 };

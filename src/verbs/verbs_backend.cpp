@@ -12,7 +12,7 @@ VerbsBackend::VerbsBackend(std::unique_ptr<Provider> provider, int gpu, const Ve
     GV_REQUIRE(o.proxy_threads >= 1 && o.proxy_threads <= 256,
                "VerbsOptions::proxy_threads " + std::to_string(o.proxy_threads) + " out of range: expected 1 .. 256");
     flush_gpu_ = decide_gpudirect_flush(gpu, o.gpudirect_flush);
-    proxy_ = std::make_unique<Proxy>(o.proxy_threads, o.max_idle_sleep_us);
+    proxy_ = std::make_unique<Proxy>(o.proxy_threads, o.max_idle_sleep_us, o.cpu_posts_inline, gpu < 0);
 }
 
 int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode) {

@@ -77,6 +77,8 @@ public:
     ~VerbsQp() override;
     dev::QpHandle handle() const override;
     void drive() override;
+    /// VerbsQpPart::host_step: the calling CPU thread steps this QP (Proxy::step_inline).
+    static void step_from_host(void* self);
     QpState state() const override;
     uint8_t error_syndrome() const override;
     void to_init(const InitAttr& a) override;

@@ -120,7 +120,14 @@ dev::QpHandle VerbsQp::handle() const {
     h.rcq = rcq_->handle();
     h.backend = Backend::Verbs;
     h.verbs.state = state_word();
+    h.verbs.host_step = &VerbsQp::step_from_host;
+    h.verbs.host_arg = const_cast<VerbsQp*>(this);
     return h;
+}
+
+void VerbsQp::step_from_host(void* self) {
+    auto* q = static_cast<VerbsQp*>(self);
+    q->be_.proxy().step_inline(&q->pq_);
 }
 
 void VerbsQp::drive() { be_.proxy().kick(&pq_); }

@@ -76,6 +76,41 @@ TEST(ProxySink, OpensAVerbsContext) {
     EXPECT_NE(b.lkey(), b.rkey());
 }
 
+// VerbsOptions::cpu_posts_inline: a CPU thread that commits or waits steps the QP itself when
+// the proxy thread does not hold it (counted in inline_steps); off, only the proxy thread does.
+// Either way every WQE is posted once and completes.
+TEST(ProxySink, CpuThreadsStepInlineUnlessTurnedOff) {
+    for (bool inl : {true, false}) {
+        SCOPED_TRACE(inl ? "cpu_posts_inline on" : "cpu_posts_inline off");
+        auto s = sink(false);
+        VerbsOptions o;
+        o.cpu_posts_inline = inl;
+        Pair p(v::open_sink_context(s, o));
+        const dev::QpHandle a = p.h(0);
+        HostBuf src(p.pd, 64, kLocalWrite), dst(p.pd, 64, kAllAccess);
+        const uint32_t qpn = p.qp[0]->qpn();
+        s->clear_records();
+        uint32_t posted = 0;
+        // Until a step ran inline (the proxy thread may hold the QP at any one attempt), at
+        // most 5 s; with the option off, a fixed 200.
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (posted < 200 || (inl && v::proxy_of(p.ctx)->stats().inline_steps == 0 &&
+                                std::chrono::steady_clock::now() < end)) {
+            ASSERT_EQ(dev::write(a, src.at(0), 8, src.lkey(), dst.addr(0), dst.rkey(), kSignaled), Status::Ok);
+            ASSERT_EQ(dev::commit(a), Status::Ok);
+            Completion c;
+            ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+            ASSERT_TRUE(c.ok()) << describe(c);
+            ++posted;
+        }
+        const v::ProxyStats st = v::proxy_of(p.ctx)->stats();
+        if (inl) EXPECT_GT(st.inline_steps, 0u);
+        else EXPECT_EQ(st.inline_steps, 0u);
+        EXPECT_EQ(st.send_wrs, posted) << "every WQE posted once";
+        EXPECT_EQ(s->records(qpn).size(), size_t(posted));
+    }
+}
+
 // A CPU context never flushes GPUDirect writes (there is no GPU whose kernels could see stale
 // data), whatever VerbsOptions::gpudirect_flush says; the GPU side is
 // GpuVerbsProxy.GpuDirectFlushesOnlyForWorkThatWroteLocalMemory.

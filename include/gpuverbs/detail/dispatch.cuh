@@ -5,9 +5,10 @@
 //
 //   soft   the group that rings executes the QP's published WQEs (detail/soft/)
 //   mlx5   the NIC is told through its doorbell register (detail/mlx5/)
-//   verbs  nothing: the proxy thread watches the doorbell records and posts what they
-//          publish to the verbs device; the state the proxy publishes (VerbsQpPart) answers
-//          the status and the ERROR query, as the software device's own state does
+//   verbs  the proxy thread watches the doorbell records and posts what they publish to the
+//          verbs device (a CPU thread that rings or waits does that step itself when the
+//          proxy thread is not on the QP); the state the proxy publishes (VerbsQpPart)
+//          answers the status and the ERROR query, as the software device's own state does
 #pragma once
 
 #include "gpuverbs/detail/group.cuh"
@@ -22,10 +23,20 @@ namespace verbs_db {
 GV_HOST_DEVICE QpState state(const dev::QpHandle& qp) {
     return qp.verbs.state ? QpState(atom::load_acquire(qp.verbs.state, true)) : QpState::Reset;
 }
+/// A CPU thread steps the QP itself (posts what it published, polls completions) unless
+/// the proxy thread holds it; kernels leave everything to the proxy.
+GV_HOST_DEVICE void step_on_host(const dev::QpHandle& qp) {
+#if !GV_DEVICE_CODE
+    if (qp.verbs.host_step) qp.verbs.host_step(qp.verbs.host_arg);
+#else
+    (void)qp;
+#endif
+}
 /// After the doorbell record moved: the proxy picks the WQEs up. The status is the software
 /// device's: QpError in ERROR (the work completes flushed), QpNotReady before RTS (it is held
 /// until RTS).
 GV_HOST_DEVICE Status ring_send(const dev::QpHandle& qp) {
+    step_on_host(qp);
     const QpState s = state(qp);
     if (s == QpState::Error) return Status::QpError;
     if (s != QpState::Rts && s != QpState::Sqd) return Status::QpNotReady;
@@ -49,12 +60,14 @@ GV_HOST_DEVICE Status ring_send(const dev::QpHandle& qp, const G& g, bool lead) 
 /// A receive was published and the receive doorbell record moved (thread scope).
 GV_HOST_DEVICE void ring_recv(const dev::QpHandle& qp) {
     if (qp.backend == Backend::Soft) soft::ring_recv(qp);
+    else if (qp.backend == Backend::Verbs) verbs_db::step_on_host(qp);
 }
 
 /// A waiter found nothing to poll: let the backend make progress that waits for no
 /// doorbell (retries under RNR rules, flushes after ERROR). Cheap when idle.
 GV_HOST_DEVICE void drive(const dev::QpHandle& qp) {
     if (qp.backend == Backend::Soft) soft::drive(qp);
+    else if (qp.backend == Backend::Verbs) verbs_db::step_on_host(qp);
 }
 
 /// Where a kernel posts the flush READ that makes data a NIC wrote into this GPU's memory

@@ -150,6 +150,11 @@ struct VerbsQpPart {
     /// A gv::QpState value: the state the QP was last moved to by the host, or ERROR once the
     /// proxy saw it fail (an error completion, a malformed WQE, a lost completion).
     const uint32_t* state;
+    /// CPU threads call it after they commit, post a receive, or find nothing to poll: the
+    /// calling thread steps the QP itself unless its proxy thread holds it
+    /// (VerbsOptions::cpu_posts_inline). Device code never calls it.
+    void (*host_step)(void* arg);
+    void* host_arg;
 };
 
 /// Trivially copyable QP handle, passed to kernels by value. Keep the QueuePair (and its
