@@ -47,7 +47,8 @@ struct VerbsOptions {
     /// completion could still read stale data: the proxy thread then flushes them
     /// (cudaDeviceFlushGPUDirectRDMAWrites) after polling such completions and before
     /// writing their CQEs. Auto: flush exactly when the GPU needs it; Always / Never: as
-    /// named (Never only where the application orders the data itself).
+    /// named (Always is refused, NotSupported saying why, on a GPU that cannot flush; Never
+    /// only where the application orders the data itself).
     enum class GpuDirectFlush { Auto, Always, Never };
     GpuDirectFlush gpudirect_flush = GpuDirectFlush::Auto;
 };

@@ -18,7 +18,13 @@ VerbsBackend::VerbsBackend(std::unique_ptr<Provider> provider, int gpu, const Ve
 int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode) {
     using F = VerbsOptions::GpuDirectFlush;
     if (gpu < 0 || mode == F::Never) return -1;
-    if (mode == F::Always) return gpu;
+    if (mode == F::Always) {
+        if (!cuda::gpudirect_flush_supported(gpu))
+            throw NotSupported("VerbsOptions::gpudirect_flush = Always, but GPU " + std::to_string(gpu) +
+                               " cannot flush GPUDirect RDMA writes (cudaDevAttrGPUDirectRDMAFlushWritesOptions "
+                               "lacks the host option): use Auto or Never");
+        return gpu;
+    }
     const int ordering = cuda::gpudirect_writes_ordering(gpu);
     if (ordering >= 100) return -1;  // the owning GPU's kernels see the writes in order
     if (cuda::gpudirect_flush_supported(gpu)) return gpu;

@@ -136,9 +136,9 @@ private:
 };
 
 /// Which GPU's GPUDirect writes the proxy flushes (-1: none) for a context on `gpu` (-1: CPU
-/// threads): Never or a CPU context none; Always the GPU; Auto the GPU when it does not order
-/// such writes for its own kernels and can flush them (one line on stderr when it can do
-/// neither).
+/// threads): Never or a CPU context none; Always the GPU (NotSupported, saying why, when it
+/// cannot flush); Auto the GPU when it does not order such writes for its own kernels and can
+/// flush them (one line on stderr when it can do neither).
 int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode);
 
 /// The proxy of a verbs context, for tests and tools (null for other backends).

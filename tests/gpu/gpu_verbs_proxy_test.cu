@@ -236,19 +236,31 @@ TEST(GpuVerbsProxy, GpuDirectFlushesOnlyForWorkThatWroteLocalMemory) {
     using F = VerbsOptions::GpuDirectFlush;
     constexpr uint32_t kQps = 4;
     int errors = 0;
-    {
-        Rig rig(kQps, false, 1, F::Always);
-        run_kernel(rig, kQps, 2, &errors);  // WRITE and inline WRITE rounds only
-        EXPECT_EQ(errors, 0);
-        EXPECT_EQ(v::proxy_of(rig.ctx)->stats().gpudirect_flushes, 0u) << "a flush for WRITEs alone";
-    }
-    {
-        Rig rig(kQps, false, 1, F::Always);
-        run_kernel(rig, kQps, 8, &errors);  // two fetch-add and two READ rounds per QP
-        EXPECT_EQ(errors, 0);
-        const v::ProxyStats st = v::proxy_of(rig.ctx)->stats();
-        EXPECT_GE(st.gpudirect_flushes, 1u) << "no flush before the completions of READs and fetch-adds";
-        EXPECT_LE(st.gpudirect_flushes, st.completions) << "at most one flush per polled batch";
+    int options = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, 0), cudaSuccess);
+    if (!(options & cudaFlushGPUDirectRDMAWritesOptionHost)) {
+        // This GPU cannot flush: Always is refused at open, with the reason.
+        try {
+            Rig rig(kQps, false, 1, F::Always);
+            ADD_FAILURE() << "gpudirect_flush = Always opened on a GPU that cannot flush";
+        } catch (const NotSupported& e) {
+            EXPECT_NE(std::string(e.what()).find("cannot flush"), std::string::npos) << e.what();
+        }
+    } else {
+        {
+            Rig rig(kQps, false, 1, F::Always);
+            run_kernel(rig, kQps, 2, &errors);  // WRITE and inline WRITE rounds only
+            EXPECT_EQ(errors, 0);
+            EXPECT_EQ(v::proxy_of(rig.ctx)->stats().gpudirect_flushes, 0u) << "a flush for WRITEs alone";
+        }
+        {
+            Rig rig(kQps, false, 1, F::Always);
+            run_kernel(rig, kQps, 8, &errors);  // two fetch-add and two READ rounds per QP
+            EXPECT_EQ(errors, 0);
+            const v::ProxyStats st = v::proxy_of(rig.ctx)->stats();
+            EXPECT_GE(st.gpudirect_flushes, 1u) << "no flush before the completions of READs and fetch-adds";
+            EXPECT_LE(st.gpudirect_flushes, st.completions) << "at most one flush per polled batch";
+        }
     }
     {
         Rig rig(kQps, false, 1, F::Never);
@@ -258,10 +270,11 @@ TEST(GpuVerbsProxy, GpuDirectFlushesOnlyForWorkThatWroteLocalMemory) {
     }
     int ordering = -1;
     ASSERT_EQ(cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, 0), cudaSuccess);
-    EXPECT_EQ(v::decide_gpudirect_flush(0, F::Auto) >= 0, ordering < cudaGPUDirectRDMAWritesOrderingOwner)
+    EXPECT_EQ(v::decide_gpudirect_flush(0, F::Auto) >= 0,
+              ordering < cudaGPUDirectRDMAWritesOrderingOwner && (options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0)
         << "cudaDevAttrGPUDirectRDMAWritesOrdering = " << ordering;
-    std::printf("GPU 0: cudaDevAttrGPUDirectRDMAWritesOrdering = %d, so Auto %s\n", ordering,
-                v::decide_gpudirect_flush(0, F::Auto) >= 0 ? "flushes" : "does not flush");
+    std::printf("GPU 0: cudaDevAttrGPUDirectRDMAWritesOrdering = %d, flush options %d, so Auto %s\n", ordering,
+                options, v::decide_gpudirect_flush(0, F::Auto) >= 0 ? "flushes" : "does not flush");
 }
 
 }  // namespace
