@@ -60,8 +60,9 @@ struct ProxyStats {
     uint64_t sleeps = 0;
 };
 
-/// One QP as its proxy thread sees it. The host object (verbs_backend.cpp) fills the first
-/// part before attaching it; the rest belongs to the owning thread while attached.
+/// One QP as its holders see it. The host object (verbs_backend.cpp) fills the first part
+/// before attaching it; the rest belongs to whoever holds `busy` (its proxy thread, or a CPU
+/// thread stepping it inline) while attached.
 struct ProxyQp {
     // ---- set by the host object, read-only for the proxy ----
     Port* port = nullptr;
@@ -82,7 +83,7 @@ struct ProxyQp {
     /// completions that retires work which wrote local memory (VerbsOptions::gpudirect_flush).
     int gpudirect_flush_gpu = -1;
 
-    // ---- the owning thread's ----
+    // ---- the holder's (busy) ----
     /// A WQE read from the send ring and not yet completed, in ring order.
     struct Track {
         uint64_t pos;
