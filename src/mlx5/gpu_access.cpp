@@ -80,7 +80,7 @@ GpuFacts probe_gpu(int gpu) {
         if (realpath(link.c_str(), real)) f.sysfs = real;
     }
     f.dmabuf = driver_attribute(gpu, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
-    f.gdr_writes_ordering = driver_attribute(gpu, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING);
+    f.gdr_writes_ordering = cuda::gpudirect_writes_ordering(gpu);  // the verbs proxy's flush decision reads the same
     f.gdr_supported = driver_attribute(gpu, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED);
     cudaDriverGetVersion(&f.driver_version);
     cudaGetLastError();

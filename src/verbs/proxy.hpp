@@ -125,6 +125,9 @@ struct ProxyCounters {
     void add_to(ProxyStats& s) const;
 };
 
+/// A relaxed counter increment (counters are read for rates and tests only).
+inline void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
 /// A context's proxy threads.
 class Proxy {
 public:
@@ -211,7 +214,8 @@ public:
     void attach(ProxyQp* qp);
     void detach(ProxyQp* qp);
     void kick();
-    ProxyStats stats() const;
+    /// Adds this thread's counters to s.
+    void add_stats(ProxyStats& s) const;
 
 private:
     void run();
