@@ -119,6 +119,12 @@ struct World {
     void add(const RunResult& r, StepId id, bool recv) {
         for (const gv::Completion& c : r.cqes(id)) (recv ? resp : req).push_back(cqe_text(c, recv));
     }
+    /// Runs the script; a run that did not complete (a step's status unexpected) ends the case.
+    RunResult run(const Script& s) {
+        RunResult r = e.run(s);
+        if (!r.ok()) throw std::runtime_error(r.report());
+        return r;
+    }
 };
 
 /// A case: its name, the pair's configuration, and what it does.
@@ -132,6 +138,17 @@ PairConfig plain() {
     PairConfig c;
     c.cq_depth = 64;
     return c;
+}
+
+/// A 256-byte WRITE and a NOP behind it, one commit, and the requester's two completions
+/// (within `wait`) recorded: what the requester sees when its responder cannot take the WRITE.
+void write_then_nop(World& w, uint64_t wait) {
+    Script s;
+    s.use(0).write(w.src.addr(), 256, w.src.lkey(), w.dst.addr(0), w.dst.rkey());
+    s.nop();
+    any(s, s.commit());
+    StepId ws = any(s, s.wait_send(2, wait));
+    w.add(w.run(s), ws, false);
 }
 
 /// The common shape of a bad-request case: `before` (the responder's receives, n_recv of
@@ -163,8 +180,7 @@ void bad_request(World& w, const std::function<void(Script&)>& before, uint32_t 
     s.use(1).nop();
     any(s, s.commit());
     StepId wa = any(s, s.wait_send(1, kShort));
-    RunResult r = w.e.run(s);
-    if (!r.ok()) throw std::runtime_error(r.report());
+    RunResult r = w.run(s);
     w.add(r, ws, false);
     w.add(r, wn, false);
     w.add(r, xs, false);
@@ -187,8 +203,7 @@ std::vector<Case> cases() {
                      s.commit();
                      StepId ws = any(s, s.wait_send(4, kShort));
                      StepId wr = any(s, s.use(1).wait_recv(1, kShort));
-                     RunResult r = w.e.run(s);
-                     if (!r.ok()) throw std::runtime_error(r.report());
+                     RunResult r = w.run(s);
                      w.add(r, ws, false);
                      w.add(r, wr, true);
                  }});
@@ -302,8 +317,7 @@ std::vector<Case> cases() {
                      s.use(0).write(w.src.addr(), 256, w.src.lkey(), w.dst.addr(0), w.dst.rkey());
                      StepId c = any(s, s.commit());
                      StepId p = any(s, s.poll_send(4));
-                     RunResult r = w.e.run(s);
-                     if (!r.ok()) throw std::runtime_error(r.report());
+                     RunResult r = w.run(s);
                      w.commits.push_back(gv::status_name(r[c].status));
                      w.add(r, p, false);
                      w.req.push_back("connect");
@@ -314,8 +328,7 @@ std::vector<Case> cases() {
                      s2.use(0).nop();
                      any(s2, s2.commit());
                      StepId ws = any(s2, s2.wait_send(2, kShort));
-                     RunResult r2 = w.e.run(s2);
-                     if (!r2.ok()) throw std::runtime_error(r2.report());
+                     RunResult r2 = w.run(s2);
                      w.add(r2, ws, false);
                  }});
     v.push_back({"responder not ready (RESET)",
@@ -329,25 +342,11 @@ std::vector<Case> cases() {
                      rts.timeout = 8;  // 1 ms
                      rts.retry_cnt = 1;
                      w.e.qp(0).connect(w.e.qp(1).endpoint(), {}, {}, rts);
-                     Script s;
-                     s.use(0).write(w.src.addr(), 256, w.src.lkey(), w.dst.addr(0), w.dst.rkey());
-                     s.nop();
-                     any(s, s.commit());
-                     StepId ws = any(s, s.wait_send(2, 5 * kShort));
-                     RunResult r = w.e.run(s);
-                     if (!r.ok()) throw std::runtime_error(r.report());
-                     w.add(r, ws, false);
+                     write_then_nop(w, 5 * kShort);
                  }});
     v.push_back({"write to a peer in ERROR", plain, [](World& w) {
                      w.e.qp(1).to_error();
-                     Script s;
-                     s.use(0).write(w.src.addr(), 256, w.src.lkey(), w.dst.addr(0), w.dst.rkey());
-                     s.nop();
-                     any(s, s.commit());
-                     StepId ws = any(s, s.wait_send(2, 10 * kShort));
-                     RunResult r = w.e.run(s);
-                     if (!r.ok()) throw std::runtime_error(r.report());
-                     w.add(r, ws, false);
+                     write_then_nop(w, 10 * kShort);
                  }});
     v.push_back({"requester moved to ERROR by the user, then work posted", plain, [](World& w) {
                      w.e.qp(0).to_error();
@@ -358,8 +357,7 @@ std::vector<Case> cases() {
                      StepId c = any(s, s.commit());
                      StepId ws = any(s, s.wait_send(1, kShort));
                      StepId wr = any(s, s.wait_recv(1, kShort));
-                     RunResult r = w.e.run(s);
-                     if (!r.ok()) throw std::runtime_error(r.report());
+                     RunResult r = w.run(s);
                      w.commits.push_back(gv::status_name(r[c].status));
                      w.add(r, ws, false);
                      w.add(r, wr, true);
