@@ -105,7 +105,7 @@ std::string pci_bus_id(int gpu) {
 int can_access_peer(int gpu, int peer) {
     touch();
     // Tests on a host whose GPUs do have peer access make them look as if they had none, so the
-    // refusals are exercised end to end there too (tests/gpu/two_gpu_test.cu).
+    // refusals are exercised end to end there too (tests/gpu/two_gpu_test.cu, two_gpu_xproc_test.cu).
     if (const char* t = std::getenv("GV_TEST_NO_PEER_ACCESS"); t && *t && *t != '0') return 0;
     int v = 0;
     if (cudaDeviceCanAccessPeer(&v, gpu, peer) != cudaSuccess) {
