@@ -259,10 +259,10 @@ void synchronize() {
     GV_CUDA(cudaDeviceSynchronize());
 }
 
-void* driver_entry_point(const char* name) {
+void* driver_entry_point(const char* name, int version) {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, unsigned(version), cudaEnableDefault, &q);
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
         cudaGetLastError();
         return nullptr;
@@ -272,7 +272,7 @@ void* driver_entry_point(const char* name) {
 
 #else  // no CUDA in this build
 
-void* driver_entry_point(const char*) { return nullptr; }
+void* driver_entry_point(const char*, int) { return nullptr; }
 
 [[noreturn]] static void no_cuda() {
     throw NotSupported("gpuverbs was built without CUDA (no nvcc found at configure time)");
@@ -307,6 +307,8 @@ void synchronize() {}
 void* stream() { return nullptr; }
 DoorbellFn soft_doorbell_fn() { return nullptr; }
 DoorbellFn soft_doorbell_at_fn() { return nullptr; }
+void load_executor(int) { no_cuda(); }
+int executor_loaded(int) { return -1; }
 
 #endif
 

@@ -59,11 +59,13 @@ int can_access_peer(int gpu, int peer);
 /// A CUDA driver API function, looked up through the runtime (cudaGetDriverEntryPointByVersion,
 /// ABI of CUDA 12.0) so that the library does not link libcuda; null when the driver lacks it
 /// (the runtime's error state is cleared), and always null in a build without CUDA.
-void* driver_entry_point(const char* name);
+/// `version`: the CUDA version whose ABI of the function is wanted (12040 for one that came
+/// with 12.4).
+void* driver_entry_point(const char* name, int version = 12000);
 /// driver_entry_point() into a typed function pointer: false (fn untouched) when absent.
 template <class F>
-bool driver_fn(const char* name, F& fn) {
-    void* p = driver_entry_point(name);
+bool driver_fn(const char* name, F& fn, int version = 12000) {
+    void* p = driver_entry_point(name, version);
     if (p) fn = reinterpret_cast<F>(p);
     return p != nullptr;
 }
@@ -128,5 +130,15 @@ struct SoftDoorbellTarget {
 };
 /// The same launch on target->gpu; arg: a SoftDoorbellTarget that lives as long as the QP.
 DoorbellFn soft_doorbell_at_fn();
+
+/// Loads the executor kernel on `gpu` now, when a software device opens there, not at its first
+/// launch. CUDA loads kernels lazily by default (CUDA_MODULE_LOADING=LAZY since 12.2), and
+/// loading one may wait for the GPU's running kernels to finish: a CPU thread's first commit
+/// (or the stand-in NIC's first doorbell) would then stall behind an application kernel that
+/// spins until that very work lands, until the kernel gave up. Throws CudaError with the reason.
+void load_executor(int gpu);
+/// Whether the executor kernel is loaded on `gpu`: 1 yes, 0 no, -1 the driver cannot say
+/// (cuFuncIsLoaded needs CUDA 12.4) or no CUDA. For tests.
+int executor_loaded(int gpu);
 
 }  // namespace gv::detail::cuda

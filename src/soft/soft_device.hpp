@@ -58,6 +58,9 @@ public:
         name_ = gpu < 0 ? "soft-cpu" : "soft-gpu" + std::to_string(gpu);
         if (gpu >= 0) cuda::device_uuid(gpu, uuid_.data());
         cuda::DeviceGuard guard(gpu);
+        // Now, not at the first CPU commit, which might stall behind a running kernel that
+        // waits for that commit's work (cuda::load_executor says why).
+        if (gpu >= 0) cuda::load_executor(gpu);
         // The device keeps its state in one shared arena, so that peer processes can map it
         // at the same address and follow its pointers (docs/cross-process.md). A GPU
         // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.

@@ -1,6 +1,7 @@
 // Executor launches for work that CPU threads commit to a software device executing on a
 // GPU: CPU threads cannot run its executor (its state is GPU memory), so each doorbell
 // becomes a one-block kernel on the library's stream.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -77,6 +78,41 @@ void soft_doorbell_at(void* target, dev::HostDoorbell what) {
 namespace cuda {
 DoorbellFn soft_doorbell_fn() { return &soft_doorbell; }
 DoorbellFn soft_doorbell_at_fn() { return &soft_doorbell_at; }
+
+namespace {
+/// The executor's CUfunction on the current device (null, error state cleared, if none).
+CUfunction executor_function() {
+    cudaFunction_t f = nullptr;
+    if (cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(&soft_doorbell_kernel)) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return reinterpret_cast<CUfunction>(f);
+}
+}  // namespace
+
+void load_executor(int gpu) {
+    DeviceGuard guard(gpu);
+    // cuFuncLoad (CUDA 12.4) loads the function itself; the runtime call below loads it too
+    // where the driver lacks it, and reports a failure in the runtime's terms.
+    using LoadFn = CUresult (*)(CUfunction);
+    LoadFn load = nullptr;
+    if (CUfunction f = executor_function(); f && driver_fn("cuFuncLoad", load, 12040)) (void)load(f);
+    cudaFuncAttributes a{};
+    const cudaError_t e = cudaFuncGetAttributes(&a, soft_doorbell_kernel);
+    if (e != cudaSuccess) throw_cuda("loading the software device's executor kernel", int(e), __FILE__, __LINE__);
+}
+
+int executor_loaded(int gpu) {
+    DeviceGuard guard(gpu);
+    using IsLoadedFn = CUresult (*)(CUfunctionLoadingState*, CUfunction);
+    IsLoadedFn is_loaded = nullptr;
+    CUfunction f = executor_function();
+    if (!f || !driver_fn("cuFuncIsLoaded", is_loaded, 12040)) return -1;
+    CUfunctionLoadingState st{};
+    if (is_loaded(&st, f) != CUDA_SUCCESS) return -1;
+    return st == CU_FUNCTION_LOADING_STATE_LOADED ? 1 : 0;
+}
 }  // namespace cuda
 
 }  // namespace gv::detail

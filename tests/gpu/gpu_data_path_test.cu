@@ -2,8 +2,11 @@
 // scope, and poll their completions; the software device executes them on the GPU with the
 // committing group. Every byte is verified on the host.
 #include <algorithm>
+#include <chrono>
 #include <random>
+#include <thread>
 
+#include "cuda/cuda_rt.hpp"
 #include "gpu/gpu_util.cuh"
 
 using namespace gv;
@@ -198,6 +201,63 @@ TEST(GpuDataPath, LargeMessagesUpTo8MiB) {
 // launches the executor (the benchmarks' CPU-initiated shape). The traffic suite's
 // soft-gpu-cpu-initiator instance runs the data-path tests the same way on host-memory
 // buffers, which its CPU responders poll.
+namespace {
+/// An application kernel waiting for data: it says it started (mapped host memory), then spins
+/// on *word until it holds `want` or timeout_ns passed, and leaves what it read last in *seen.
+__global__ void wait_for_word(const uint64_t* word, uint64_t want, uint64_t timeout_ns, uint32_t* started,
+                              uint64_t* seen) {
+    gv::atom::store_release(started, 1u, true);
+    uint64_t last = 0;
+    gvtest::spin_until(word, [want](uint64_t x) { return x == want; }, timeout_ns, &last);
+    *seen = last;
+}
+}  // namespace
+
+// An application kernel is already running and spins until a WRITE that a CPU thread posts
+// lands in its memory; the CPU's commit launches the executor, which must run beside it. In a
+// fresh process (ctest runs each test alone) this is the executor's first launch: were the
+// kernel loaded lazily, at that launch (CUDA's default since 12.2), loading could wait for the
+// spinning kernel to end (CUDA may synchronize the GPU to load a kernel) and the two would
+// wait for each other until the kernel gave up. The stand-in NIC's CPU-proxy instance failed
+// that way, now and then, on the H200. The device loads its executor when it opens.
+TEST(GpuDataPath, CpuWriteReachesAKernelAlreadyWaitingForIt) {
+    GV_SKIP_WITHOUT_GPU();
+    gvtest::Pair p(gvtest::gpu_ctx(), {}, MemoryKind::Host);
+    EXPECT_NE(gv::detail::cuda::executor_loaded(0), 0)
+        << "the executor kernel is not loaded on GPU 0 although a software device is open there";
+    const uint64_t v = 0x600df00d12345678ull;
+    DevBuf src(8), dst(8);
+    CUDA_OK(cudaMemcpy(src.p, &v, 8, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dst.p, 0, 8));
+    MemoryRegion ms(p.pd, src.p, 8, kLocalWrite);
+    MemoryRegion md(p.pd, dst.p, 8, kAllAccess);
+    uint32_t* started = nullptr;
+    uint64_t* seen = nullptr;
+    CUDA_OK(cudaHostAlloc(&started, 64, cudaHostAllocMapped));
+    *started = 0;
+    seen = reinterpret_cast<uint64_t*>(started + 2);
+    *seen = 0;
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    constexpr uint64_t kKernelWaitNs = 5000000000ull;
+    wait_for_word<<<1, 1, 0, s>>>(dst.get<uint64_t>(), v, kKernelWaitNs, started, seen);
+    CUDA_OK(cudaGetLastError());
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!__atomic_load_n(started, __ATOMIC_ACQUIRE) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+        std::this_thread::yield();
+    ASSERT_EQ(*started, 1u) << "the waiting kernel did not start within 5 s";
+    auto a = p.h(0);
+    ASSERT_EQ(dev::write(a, src.get(), 8, ms.lkey(), uint64_t(dst.get()), md.rkey(), kSignaled), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    auto c = p.scq[0]->wait(1, 10000);
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_EQ(c.size(), 1u);
+    EXPECT_EQ(*seen, v) << "the waiting kernel gave up after 5 s: the executor that the CPU's commit launched did "
+                           "not run beside it";
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFreeHost(started));
+}
+
 TEST(GpuDataPath, CpuPostsGpuExecutes) {
     GV_SKIP_WITHOUT_GPU();
     gvtest::Pair p(gvtest::gpu_ctx(), {}, MemoryKind::Host);
