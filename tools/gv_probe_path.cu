@@ -10,6 +10,12 @@
 #include <optional>
 #include <string>
 
+// The executor's and the poll's own time stamps (gpuverbs/detail/probe.cuh): this tool's copy
+// of the device code records clock64 at each of them; the library's copy has none.
+#define GV_EXEC_PROBE 1
+__device__ unsigned long long gv_probe_stamps[32];
+__device__ __forceinline__ void gv_exec_probe_stamp(int i) { gv_probe_stamps[i] = clock64(); }
+
 #include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
@@ -19,12 +25,26 @@ using namespace gv;
 enum { kReserve, kBuild, kPublish, kDbrec, kExecute, kPoll, kSteps };
 const char* kStep[] = {"reserve (sq_reserve_group)", "build WQE", "publish (sq_publish_group)",
                        "doorbell record (commit)", "execute (progress)", "poll CQE (poll_cq)"};
+// Inside execute and poll: the intervals between consecutive stamps (detail::ExecStamp), the
+// last one of each up to the step's end.
+using gv::detail::kStampCount;
+const char* kInside[kStampCount] = {
+    "  execute: hand-off fence + lock CAS",   "  execute: doorbell record, state, config",
+    "  execute: read + check the WQE",        "  execute: local memory region",
+    "  execute: peer memory region, plan",    "  execute: copy 8 bytes",
+    "  execute: release fence",               "  execute: requester CQE (slot, ci, write)",
+    "  execute: sq_ci, error check",          "  execute: drain's next look (nothing)",
+    "  execute: unlock + hand-off fence",     "  execute: re-check (has_work)",
+    "  execute: return",                      "  poll: consumer index, CQE ready, decode",
+    "  poll: claim (CAS on ci)",              "  poll: CQ doorbell record",
+    "  poll: retire the send queue's slots",  "  poll: return"};
 
 // Failures are recorded in *fail after the iteration's last stamp (the reservation's status
 // and the completion polled): the timed steps are left as they were.
 __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey, int n,
-                            unsigned long long* acc, gvbench::Failure* fail) {
+                            unsigned long long* acc, unsigned long long* inside, gvbench::Failure* fail) {
     unsigned long long sum[kSteps] = {};
+    unsigned long long in[kStampCount] = {};
     for (int i = 0; i < n; ++i) {
         unsigned long long t0 = clock64();
         dev::Reservation res;
@@ -54,9 +74,16 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         if (i >= 10) {
             sum[0] += t1 - t0, sum[1] += t2 - t1, sum[2] += t3 - t2;
             sum[3] += t4 - t3, sum[4] += t5 - t4, sum[5] += t6 - t5;
+            using namespace gv::detail;
+            for (int k = kStampEnter; k < kStampRechecked; ++k) in[k] += gv_probe_stamps[k + 1] - gv_probe_stamps[k];
+            in[kStampRechecked] += t5 - gv_probe_stamps[kStampRechecked];
+            for (int k = kStampPollEnter; k < kStampPollRetired; ++k)
+                in[k] += gv_probe_stamps[k + 1] - gv_probe_stamps[k];
+            in[kStampPollRetired] += t6 - gv_probe_stamps[kStampPollRetired];
         }
     }
     for (int k = 0; k < kSteps; ++k) acc[k] = sum[k];
+    for (int k = 0; k < kStampCount; ++k) inside[k] = in[k];
 }
 
 const char* const kUsage =
@@ -103,11 +130,12 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaSetDevice(0));
         MemoryRegion ms(pd, src.get(), 4096, kLocalWrite), md(bpd, dst.get(), 4096, kAllAccess);
         gvbench::Buffer<unsigned long long> acc(kSteps, gvbench::Mem::Managed);
+        gvbench::Buffer<unsigned long long> inside(kStampCount, gvbench::Mem::Managed);
         gvbench::Buffer<gvbench::Failure> fail(1);
         CUDA_CHECK(cudaMemset(fail.get(), 0, sizeof(gvbench::Failure)));
         const int n = 2010;
         path_kernel<<<1, 1>>>(a.device_handle(), src.get(), ms.lkey(), uint64_t(dst.get()), md.rkey(), n,
-                              acc.get(), fail.get());
+                              acc.get(), inside.get(), fail.get());
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaDeviceSynchronize());
         const gvbench::Failure f = gvbench::read_failure(fail.get());
@@ -121,6 +149,12 @@ int main(int argc, char** argv) {
             double ns = double(acc.get()[k]) / (n - 10) / (clk / 1e6);
             total += ns;
             std::printf("%-30s %10.1f ns\n", kStep[k], ns);
+            if (k == kExecute || k == kPoll) {
+                const int first = k == kExecute ? gv::detail::kStampEnter : gv::detail::kStampPollEnter;
+                const int last = k == kExecute ? gv::detail::kStampRechecked : gv::detail::kStampPollRetired;
+                for (int j = first; j <= last; ++j)
+                    std::printf("%-42s %10.1f ns\n", kInside[j], double(inside.get()[j]) / (n - 10) / (clk / 1e6));
+            }
         }
         std::printf("%-30s %10.1f ns\n", "total", total);
         return 0;

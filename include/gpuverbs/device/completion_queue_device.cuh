@@ -3,6 +3,7 @@
 
 #include <type_traits>
 
+#include "gpuverbs/detail/probe.cuh"
 #include "gpuverbs/device/atomic.cuh"
 #include "gpuverbs/device/handles.hpp"
 #include "gpuverbs/device/status.cuh"
@@ -29,8 +30,10 @@ GV_HOST_DEVICE const CqQpSlot* cq_find_slot(const CqHandle& cq, uint32_t qpn) {
 /// executed), so such a completion frees nothing: the later retirement covered it.
 /// Unretired entries lie less than 2^15 ahead of the retirement point (rings hold at
 /// most 2^15 entries / WQEBBs), retired ones up to 2^15 behind it.
-GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
-    const CqQpSlot* s = cq_find_slot(cq, c.qpn);
+GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c, const CqQpSlot& hint) {
+    // The slot at the QP number's hash position, loaded whole before the completion was
+    // claimed (poll_cq), is the QP's in the common case; else it is looked up.
+    const CqQpSlot* s = hint.qpn == c.qpn ? &hint : cq_find_slot(cq, c.qpn);
     if (!s) return;
     // The QP's first error other than a flush: why it entered ERROR (kept once).
     if (s->syndrome && !c.ok() && c.status != MLX5_CQE_SYNDROME_WR_FLUSH_ERR) {
@@ -54,18 +57,29 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) {
         // after reading ds, check the retirement point is still at or before it. If it
         // moved past, that retirement covered this WQE (retirement points are WQE ends).
         uint64_t ring = 64ull << s->sq_log_bb;
-        auto* ctrl = reinterpret_cast<const mlx5_wqe_ctrl_seg*>(s->sq + ((pos * 64) & (ring - 1)));
-        uint32_t ds = mlx5::read_ctrl_seg(ctrl).ds;
-        atom::fence_acquire();  // the ds read above happens before the re-check below
+        auto* ctrl = reinterpret_cast<const uint32_t*>(s->sq + ((pos * 64) & (ring - 1)));
+        // The ctrl segment's second word (QP number, ds), with acquire: the re-check below
+        // cannot be performed before it (a fence after a plain load cost as much again).
+        const uint32_t ds = mlx5::from_be32(atom::load_acquire(&ctrl[1])) & 0x3f;
         if (atom::load_acquire(s->sq_retired) > pos) return;
         atom::fetch_max(s->sq_retired, pos + (ds ? mlx5::ds_to_bbs(ds) : 1));
     }
 }
 
+/// The same, looking the QP's slot up.
+GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) { cq_retire(cq, c, CqQpSlot{}); }
+
 /// Publishes the consumer index in the doorbell record, never moving it backwards when
 /// several pollers race (24-bit field, compared modulo 2^24).
 GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
     mlx5::advance_dbrec(&cq.dbrec[mlx5::kCqSetCi], uint32_t(ci), 24, cq.sys != 0);
+}
+
+/// The slot at qpn's hash position, every field loaded at once (the table is written before
+/// any of its QPs completes); qpn 0 when there is no table.
+GV_HOST_DEVICE CqQpSlot cq_slot_at(const CqHandle& cq, uint32_t qpn) {
+    if (!cq.slots) return CqQpSlot{};
+    return cq.slots[qpn & cq.slot_mask];
 }
 
 /// Polls up to `max` completions; returns how many were written to `out`. Thread scope;
@@ -76,6 +90,7 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
 #if !GV_DEVICE_CODE
     if (!cq.host_reachable) return 0;  // GPU memory: a CPU thread cannot read the ring
 #endif
+    GV_EXEC_STAMP(detail::kStampPollEnter);
     const bool sys = cq.sys != 0;
     const uint32_t mask = (1u << cq.log_cnt) - 1;
     uint32_t n = 0;
@@ -85,11 +100,18 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
         uint8_t op_own;
         if (!mlx5::cqe_ready(cqe, c, cq.log_cnt, sys, &op_own)) break;
         Completion x = mlx5::decode_cqe(cqe, op_own);
+        // Issued before the claim, so that their latency overlaps the CAS's.
+        const CqQpSlot slot = cq_slot_at(cq, x.qpn);
+        GV_EXEC_STAMP(detail::kStampPollReady);
         // Claim it. A failed CAS means another poller took entry c (and the producer may
         // since have reused the slot), so what we decoded is discarded.
         if (!atom::cas(cq.ci, c, c + 1, sys)) continue;
-        cq_update_dbrec(cq, c + 1);
-        cq_retire(cq, x);
+        GV_EXEC_STAMP(detail::kStampPollClaimed);
+        // In order, the record holds c: one CAS from there (cq_update_dbrec's rule otherwise).
+        mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(c), uint32_t(c + 1), 24, sys);
+        GV_EXEC_STAMP(detail::kStampPollDbrec);
+        cq_retire(cq, x, slot);
+        GV_EXEC_STAMP(detail::kStampPollRetired);
         out[n++] = x;
     }
     return n;

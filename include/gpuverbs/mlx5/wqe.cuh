@@ -232,6 +232,21 @@ GV_HOST_DEVICE void advance_dbrec(uint32_t* rec, uint32_t want, uint32_t bits, b
     }
 }
 
+/// advance_dbrec for a caller that knows what the record most likely holds (`from`: a poller
+/// that just claimed consumer index `from` moves the record from there to `from + 1`): the
+/// CAS is tried with that value first, without loading the record, and the general loop
+/// follows only when the record held something else.
+GV_HOST_DEVICE void advance_dbrec_from(uint32_t* rec, uint32_t from, uint32_t want, uint32_t bits, bool sys) {
+    const uint32_t mask = (1u << bits) - 1, half = 1u << (bits - 1);
+    want &= mask;
+    uint32_t cur = to_be32(from & mask);
+    for (;;) {
+        if (atom::cas(rec, cur, to_be32(want), sys)) return;
+        const uint32_t ahead = (want - (from_be32(cur) & mask)) & mask;
+        if (ahead == 0 || ahead >= half) return;
+    }
+}
+
 /// Rings a ConnectX doorbell: the first 8 bytes of the last WQE's ctrl segment into the
 /// UAR's BlueFlame register. The system-scope fence orders the doorbell record before
 /// the MMIO write, as rdma-core's mmio_wc_start/udma_to_device_barrier do.

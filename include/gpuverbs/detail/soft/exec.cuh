@@ -15,6 +15,7 @@
 // mlx5/cqe.cuh).
 #pragma once
 
+#include "gpuverbs/detail/probe.cuh"
 #include "gpuverbs/detail/soft/completions.cuh"
 #include "gpuverbs/mlx5/wqe_reader.cuh"
 
@@ -50,18 +51,12 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         // One batch per drain: work published later is found by progress()'s re-check
         // after the lock is released.
         if (lc.batches++) return false;
-        // Acquire: the WQE bytes published up to the record are visible from here on.
-        uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
-        // The record holds the producer index's low 16 bits; rings are at most 2^15
-        // WQEBBs, so the difference modulo 2^16 is the published count.
-        lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
-        if (lc.pending == 0) return false;
-        const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
-        lc.state = load_state_relaxed(q, sys);
-        // In ERROR every WQE flushes without the peer: a peer process that died is not read.
-        lc.r = sends_allowed(lc.state) ? q->remote : nullptr;
-        // The configuration, once per drain (QpConfig says why); loads with no dependence
-        // between them, so they overlap.
+        // The configuration, once per drain (QpConfig says why), loaded together with the
+        // record's address, ahead of the record's acquire: loads with no dependence between
+        // them overlap, and the acquire orders only what comes after it. Each dependent step
+        // here is a device-memory latency (about 0.2 us on the H200) on every drain's path:
+        // [configuration, record address] -> record (acquire) -> [state, peer] -> the peer's
+        // fields, four steps (seven when each load waited for the one before).
         QpConfig& c = lc.cfg;
         c.qpn = q->qpn;
         c.pd = q->pd;
@@ -72,10 +67,29 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         c.scq = q->scq;
         c.local_mrs = q->local_mrs;
         c.remote_mrs = q->remote_mrs;
-        lc.peer_ok = lc.r && lc.r->remote == q && receives_allowed(load_state_relaxed(lc.r, sys));
-        if (lc.peer_ok) {
-            c.peer_access = lc.r->access;
-            c.peer_pd = lc.r->pd;
+        // Acquire: the WQE bytes published up to the record are visible from here on, and so
+        // is the state of the QP that the committer saw when it published.
+        uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, c.sys != 0);
+        // The record holds the producer index's low 16 bits; rings are at most 2^15
+        // WQEBBs, so the difference modulo 2^16 is the published count.
+        lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
+        if (lc.pending == 0) return false;
+        const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
+        lc.state = load_state_relaxed(q, sys);
+        QpContext* const remote = q->remote;
+        // In ERROR every WQE flushes without the peer: a peer process that died is not read.
+        lc.r = sends_allowed(lc.state) ? remote : nullptr;
+        lc.peer_ok = false;
+        if (lc.r) {
+            // The peer's fields at once; whether they count is decided after.
+            const QpContext* const back = lc.r->remote;
+            const QpState rs = load_state_relaxed(lc.r, sys);
+            const uint32_t access = lc.r->access, ppd = lc.r->pd;
+            lc.peer_ok = back == q && receives_allowed(rs);
+            if (lc.peer_ok) {
+                c.peer_access = access;
+                c.peer_pd = ppd;
+            }
         }
     }
     if (!sends_allowed(lc.state) && !in_error(lc.state)) {
@@ -309,6 +323,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     p.nseg = 0;
     p.sys = 0;
     if (!next_published(q, lc)) return kStop;
+    GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
     // while this group runs on the peer's GPU) is observed by threads of the other GPU: the
     // fence after the copy is system-scope (drain()).
@@ -330,6 +345,9 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     // Remote end: a QP of ours connected back to this one, ready to receive.
     if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
     const mlx5::Violation v = w.check_body(lc.cfg.max_inline, kMaxSge);
+    // The peer's region first: its loads then overlap the local lookup's (mr_fill).
+    if (mlx5::has_raddr(op)) mr_prefetch(lc.cfg.remote_mrs, lc.remote, w.raddr().rkey);
+    GV_EXEC_STAMP(kStampChecked);
 
     if (mlx5::is_atomic(op)) {
         if (uint8_t s = v.syndrome ? v.syndrome : run_atomic(lc, w, p, o)) return fail(s);
@@ -339,6 +357,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
 
     Gather g;
     if (uint8_t s = resolve_local(lc, w, v, g, p)) return fail(s);
+    GV_EXEC_STAMP(kStampLocal);
     o.byte_len = uint32_t(g.total);
     if (mlx5::has_raddr(op)) {
         if (uint8_t s = plan_rdma(lc, w.raddr(), op == MLX5_OPCODE_RDMA_READ, g, p)) {
@@ -358,6 +377,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
             return fail(s);
         }
     }
+    GV_EXEC_STAMP(kStampRemote);
     if (mlx5::consumes_receive(op)) {
         unsigned long long rc = 0;
         const Receive got = take_receive(q, lc.r, &rc);
@@ -453,6 +473,7 @@ GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
         lc.peer_ok = false;
     }
     const bool ok = complete_requester(lc, o);
+    GV_EXEC_STAMP(kStampCqe);
     // Only the lock holder advances sq_ci; the lock's release store publishes it.
     lc.ci += o.bbs;
     atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
@@ -462,6 +483,7 @@ GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
         enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.state = QpState::Error;
     }
+    GV_EXEC_STAMP(kStampFinished);
 }
 
 /// WQEs moving at most this many bytes are executed by the group's leader alone, with no
@@ -494,12 +516,14 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
                 bool stored = false;
                 for (uint32_t i = 0; i < p.nseg; ++i)
                     stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+                GV_EXEC_STAMP(kStampCopied);
                 // RC ordering: this WQE's bytes are visible before the completion and before
                 // any byte of the next WQE. System scope when host memory or another GPU's
                 // threads observe them (p.sys: kScopeHost, kScopePeer): a device-scope fence
                 // orders them only for this GPU's threads, and a poller on the other GPU could
                 // see the completion (or the next WQE's flag) before the data.
                 if (stored) atom::fence_release(p.sys != 0);
+                GV_EXEC_STAMP(kStampFenced);
                 finish(q, lc, p.out);
             }
             if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
@@ -525,21 +549,29 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
 }
 
 /// True when the QP has published WQEs that an executor could run now. Relaxed loads: the
-/// caller has just issued a full fence.
-GV_HOST_DEVICE bool has_work(const QpContext* q, uint32_t sc) {
+/// caller has just issued a full fence. `dbrec`, `qsys`: the QP's doorbell record and its
+/// scope, read by the caller before (they never change), so that the loads here have no
+/// dependence between them and cost one latency together.
+GV_HOST_DEVICE bool has_work(const QpContext* q, uint32_t sc, const uint32_t* dbrec, bool qsys) {
     const bool sys = sc != kScopeGpu;
-    uint32_t pi = mlx5::from_be32(atom::load_relaxed(&q->dbrec[MLX5_SND_DBR], q->sys != 0)) & 0xffff;
-    unsigned long long ci = atom::load_relaxed(&q->sq_ci, sys);
+    const uint32_t pi = mlx5::from_be32(atom::load_relaxed(&dbrec[MLX5_SND_DBR], qsys)) & 0xffff;
+    const unsigned long long ci = atom::load_relaxed(&q->sq_ci, sys);
+    const QpState s = load_state_relaxed(q, sys);
+    const uint32_t waiting = atom::load_relaxed(&q->rnr_waiting, sys);
     if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
-    QpState s = load_state_relaxed(q, sys);
     if (!sends_allowed(s) && !in_error(s)) return false;
-    return !atom::load_relaxed(&q->rnr_waiting, sys) || atom::now_ns() >= q->rnr_deadline;
+    return !waiting || atom::now_ns() >= q->rnr_deadline;
 }
 
 /// Runs a QP's published work if no other group is running it. Called by every thread of
 /// the group after the doorbell record was updated.
 template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
+    GV_EXEC_STAMP(kStampEnter);
+    // For the re-check after the lock is released (has_work); loaded here, their latency
+    // hides behind the lock's.
+    const uint32_t* const dbrec = q->dbrec;
+    const bool qsys = q->sys != 0;
     for (;;) {
         uint32_t got = 0;
         // On two GPUs (sc = kScopePeer) committers of both GPUs take this lock: the committing
@@ -557,12 +589,16 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
             got = rmw_cas(&q->lock, expect, 1u, sc) ? 1 : 0;
         }
         if (!g.bcast(got)) return;  // the holder will run what we published
+        GV_EXEC_STAMP(kStampLocked);
         uint32_t why = drain(q, g);
+        GV_EXEC_STAMP(kStampDrained);
         uint32_t again = 0;
         if (g.leader()) {
             atom::store_release(&q->lock, 0u, sc != kScopeGpu);
             atom::fence_seq_cst(sc != kScopeGpu);
-            again = (why != kRnrWait && has_work(q, sc)) ? 1 : 0;
+            GV_EXEC_STAMP(kStampUnlocked);
+            again = (why != kRnrWait && has_work(q, sc, dbrec, qsys)) ? 1 : 0;
+            GV_EXEC_STAMP(kStampRechecked);
         }
         if (!g.bcast(again)) return;
     }

@@ -9,15 +9,6 @@ namespace gv::detail::soft {
 
 // ---- memory-region checks -----------------------------------------------------------
 
-GV_HOST_DEVICE const MrEntry* mr_lookup(const MrTable& t, uint32_t key) {
-    uint32_t idx = key >> 8;
-    if (t.entries == nullptr || idx >= t.capacity) return nullptr;
-    const MrEntry* e = &t.entries[idx];
-    // Relaxed: registration completed (host side) before the key was handed to posters.
-    if (!atom::load_relaxed(&e->valid) || e->key != key) return nullptr;
-    return e;
-}
-
 /// True when table t belongs to another process than the executing QP q (whose own table is
 /// local_mrs): then only regions in the owner's shared arena may be touched, a private
 /// address of another process means nothing here.
@@ -34,27 +25,46 @@ GV_HOST_DEVICE bool peer_in_process(const QpContext* q) { return q->remote_mrs.o
 struct MrCache {
     const MrEntry* tab = nullptr;
     uint32_t key = 0;
+    uint32_t found = 0;  ///< the entry held `key` and was valid when loaded
     uint32_t pd = 0, access = 0, sys = 0, shared = 0;
     uint64_t addr = 0, length = 0;
     int64_t xlate = 0;
 };
 
+/// Loads key's entry of table t into c: every field at once, checked afterwards, so the
+/// lookup costs one load's latency (loading `valid` first and the rest after its branch
+/// cost two, and a third when the caller then read the fields). A WQE's two lookups (local
+/// and peer) are issued back to back and overlap too: prepare() fills the peer's first.
+/// Relaxed: registration completed (host side) before the key was handed to posters.
+GV_HOST_DEVICE void mr_fill(const MrTable& t, MrCache& c, uint32_t key) {
+    c.tab = t.entries;
+    c.key = key;
+    c.found = 0;
+    const uint32_t idx = key >> 8;
+    if (t.entries == nullptr || idx >= t.capacity) return;
+    const MrEntry* e = &t.entries[idx];
+    const uint32_t valid = atom::load_relaxed(&e->valid);
+    const uint32_t k = e->key;
+    c.pd = e->pd;
+    c.access = e->access;
+    c.sys = e->sys;
+    c.shared = e->shared;
+    c.addr = e->addr;
+    c.length = e->length;
+    c.xlate = e->xlate;
+    c.found = valid && k == key;
+}
+
+/// mr_fill unless c already holds key's entry of t.
+GV_HOST_DEVICE void mr_prefetch(const MrTable& t, MrCache& c, uint32_t key) {
+    if (c.tab != t.entries || c.key != key || !c.tab) mr_fill(t, c, key);
+}
+
 GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd,
                                           uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys,
                                           bool foreign = false) {
-    if (c.tab != t.entries || c.key != key || !c.tab) {
-        const MrEntry* e = mr_lookup(t, key);
-        if (!e) return 0;
-        c.tab = t.entries;
-        c.key = key;
-        c.pd = e->pd;
-        c.access = e->access;
-        c.sys = e->sys;
-        c.shared = e->shared;
-        c.addr = e->addr;
-        c.length = e->length;
-        c.xlate = e->xlate;
-    }
+    mr_prefetch(t, c, key);
+    if (!c.found) return 0;
     if (c.pd != pd || (c.access & need) != need) return 0;
     if (foreign && !c.shared) return 0;
     if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
