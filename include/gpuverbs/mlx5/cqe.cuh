@@ -85,7 +85,20 @@ GV_HOST_DEVICE void write_cqe(mlx5_cqe64* slot, const CqeFields& f, uint8_t owne
         std::memcpy(w, &c, sizeof(c));
     }
     auto* dst = reinterpret_cast<uint32_t*>(slot);
+#if GV_DEVICE_CODE
+    // Five stores instead of fifteen (the slot is 64-byte aligned). Plain stores: no consumer
+    // reads them before it acquires the new op_own below, and the producer wrote the slot only
+    // after the consumer index said the previous CQE there was read.
+    (void)sys;
+    auto* d4 = reinterpret_cast<uint4*>(slot);
+    d4[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    d4[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    d4[2] = make_uint4(w[8], w[9], w[10], w[11]);
+    reinterpret_cast<uint2*>(slot)[6] = make_uint2(w[12], w[13]);
+    dst[14] = w[14];
+#else
     for (int i = 0; i < 15; ++i) atom::store_relaxed(&dst[i], w[i], sys);
+#endif
     // The last word holds wqe_counter, signature and op_own. Release: the consumer that
     // acquires op_own sees the other 60 bytes.
     const uint8_t op_own = uint8_t((f.cqe_opcode << 4) | (owner & MLX5_CQE_OWNER_MASK));

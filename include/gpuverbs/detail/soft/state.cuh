@@ -48,6 +48,16 @@ GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
     return atom::fetch_add(p, v, scope != kScopeGpu);
 }
 
+/// fetch_add at `scope`, relaxed: atomic, ordering nothing (a counter whose value is all
+/// the caller needs, e.g. a slot number).
+template <typename T>
+GV_HOST_DEVICE T rmw_add_relaxed(T* p, T v, uint32_t scope) {
+#if GV_DEVICE_CODE
+    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, ::cuda::memory_order_relaxed);
+#endif
+    return atom::fetch_add_relaxed(p, v, scope != kScopeGpu);
+}
+
 /// Compare-and-swap at `scope` (acquire-release); the value seen lands in `expected`.
 template <typename T>
 GV_HOST_DEVICE bool rmw_cas(T* p, T& expected, T desired, uint32_t scope) {
