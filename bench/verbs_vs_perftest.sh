@@ -13,7 +13,9 @@
 # Environment: RDMA_DEVICE (default rxe0), RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1, the
 # device's address: where perftest's client connects), GV_PT_REPEAT (runs of every case, the
 # median kept; default 3), GV_PT_ITERS_SMALL / GV_PT_ITERS_BIG / GV_PT_ITERS_LAT (5000 / 500 /
-# 1000), GV_PT_TX_DEPTH (perftest's -t and our post list x lists in flight; default 128).
+# 1000), GV_PT_TX_DEPTH (perftest's -t and our post list x lists in flight; default 128),
+# GV_PT_CASES (which rows: "all" (default), or words among bw (the six bandwidth rows) and lat
+# (the latency row), e.g. GV_PT_CASES=lat for the latency alone).
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
 # bench/results). Exits 1 when a run failed (its output is in the log).
 set -uo pipefail
@@ -27,6 +29,7 @@ N_SMALL=${GV_PT_ITERS_SMALL:-5000}
 N_BIG=${GV_PT_ITERS_BIG:-500}
 N_LAT=${GV_PT_ITERS_LAT:-1000}
 DEPTH=${GV_PT_TX_DEPTH:-128}
+CASES=${GV_PT_CASES:-all}
 LIST=$((DEPTH / 4))  # our CPU initiator keeps 4 post lists in flight (kCpuLists)
 mkdir -p "$OUT" || exit 1
 LOG=$OUT/verbs_vs_perftest.log
@@ -90,6 +93,7 @@ rows=()
 row() {
     local name=$1 kind=$2
     shift 2
+    case " $CASES " in *" all "* | *" $kind "*) ;; *) return ;; esac
     local pt=() us=() a
     while [ "$1" != -- ]; do pt+=("$1"); shift; done
     shift

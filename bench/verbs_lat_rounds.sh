@@ -1,0 +1,69 @@
+#!/bin/bash
+# The WRITE latency alone, perftest's ib_write_lat and gv_write_lat variants alternating in
+# rounds, in one boot of the Soft-RoCE VM: one line per round with every typical (median)
+# one-way latency, then the medians over the rounds. For finding where the latency goes
+# (docs/performance.md, "WRITE latency on the verbs backend"); bench/verbs_vs_perftest.sh is
+# the comparison of record.
+#
+#   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_lat_rounds.sh BIN_DIR OUT_FILE ROUNDS 'LABEL:ARGS' ...
+#
+# Each 'LABEL:ARGS' is one variant of ours: gv_write_lat -d DEV -x GID -s 8 -n ITERS ARGS
+# (e.g. 'inline:' and 'proxy-only:--proxy-only'). Environment: RDMA_DEVICE (rxe0),
+# RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1), GV_PT_ITERS_LAT (1000, as verbs_vs_perftest.sh).
+# Every run's full output is appended to OUT_FILE.log.
+set -uo pipefail
+BIN=$1 OUT=$2 ROUNDS=$3
+shift 3
+DEV=${RDMA_DEVICE:-rxe0}
+GID=${RDMA_GID_INDEX:-1}
+ADDR=${RDMA_IPV4:-10.0.0.1}
+N=${GV_PT_ITERS_LAT:-1000}
+LOG=$OUT.log
+: > "$LOG"
+: > "$OUT"
+value() { awk -v col="$2" 'f && NF >= col { print $col; exit } /#bytes/ { f = 1 }' "$1"; }
+tmp=$(mktemp -d)
+pt() {
+    local a
+    for a in 1 2 3 4; do
+        timeout 120 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" > "$tmp/srv" 2>&1 &
+        local sp=$!
+        sleep 1
+        timeout 110 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" "$ADDR" > "$tmp/cli" 2>&1
+        local rc=$?
+        wait $sp
+        { echo "== ib_write_lat (rc $rc, attempt $a)"; cat "$tmp/cli"; } >> "$LOG"
+        [ $rc = 0 ] || { echo FAIL; return; }
+        grep -q "Correlation coefficient" "$tmp/cli" "$tmp/srv" || break
+    done
+    value "$tmp/cli" 5
+}
+ours() {
+    # shellcheck disable=SC2086
+    timeout 120 "$BIN/gv_write_lat" -d "$DEV" -x "$GID" -s 8 -n "$N" $1 > "$tmp/ours" 2>&1
+    local rc=$?
+    { echo "== gv_write_lat $1 (rc $rc)"; cat "$tmp/ours"; } >> "$LOG"
+    [ $rc = 0 ] || { echo FAIL; return; }
+    value "$tmp/ours" 5
+}
+declare -A all
+for ((r = 1; r <= ROUNDS; r++)); do
+    line="round $r: perftest $(pt)"
+    all[perftest]+=" ${line##* }"
+    for v in "$@"; do
+        label=${v%%:*}
+        x=$(ours "${v#*:}")
+        all[$label]+=" $x"
+        line+=" $label $x"
+    done
+    echo "$line" | tee -a "$OUT"
+done
+median() { printf '%s\n' "$@" | grep -v FAIL | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+p=$(median ${all[perftest]})
+for k in perftest "$@"; do
+    k=${k%%:*}
+    # shellcheck disable=SC2086
+    m=$(median ${all[$k]})
+    echo "median $k: $m (runs:${all[$k]}) ratio $(awk -v p="$p" -v o="$m" 'BEGIN { printf "%.2f", p / o }')" | tee -a "$OUT"
+done
+rm -rf "$tmp"
