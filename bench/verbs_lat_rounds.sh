@@ -8,7 +8,9 @@
 #   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_lat_rounds.sh BIN_DIR OUT_FILE ROUNDS 'LABEL:ARGS' ...
 #
 # Each 'LABEL:ARGS' is one variant of ours: gv_write_lat -d DEV -x GID -s 8 -n ITERS ARGS
-# (e.g. 'inline:' and 'proxy-only:--proxy-only'). Environment: RDMA_DEVICE (rxe0),
+# (e.g. 'inline:' and 'proxy-only:--proxy-only'; leading NAME=VALUE words of ARGS are put in
+# the run's environment, a first word @PATH runs the gv_write_lat at PATH instead, e.g. a
+# build of the code before a change). Environment: RDMA_DEVICE (rxe0),
 # RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1), GV_PT_ITERS_LAT (1000, as verbs_vs_perftest.sh).
 # Every run's full output is appended to OUT_FILE.log.
 set -uo pipefail
@@ -39,8 +41,13 @@ pt() {
     value "$tmp/cli" 5
 }
 ours() {
-    # shellcheck disable=SC2086
-    timeout 120 "$BIN/gv_write_lat" -d "$DEV" -x "$GID" -s 8 -n "$N" $1 > "$tmp/ours" 2>&1
+    local envs=() args=() w
+    for w in $1; do  # leading NAME=VALUE words: the run's environment
+        if [ ${#args[@]} = 0 ] && [[ $w =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then envs+=("$w"); else args+=("$w"); fi
+    done
+    local bin=$BIN/gv_write_lat
+    if [ ${#args[@]} != 0 ] && [ "${args[0]:0:1}" = @ ]; then bin=${args[0]:1}; args=("${args[@]:1}"); fi
+    timeout 120 env "${envs[@]}" "$bin" -d "$DEV" -x "$GID" -s 8 -n "$N" "${args[@]}" > "$tmp/ours" 2>&1
     local rc=$?
     { echo "== gv_write_lat $1 (rc $rc)"; cat "$tmp/ours"; } >> "$LOG"
     [ $rc = 0 ] || { echo FAIL; return; }

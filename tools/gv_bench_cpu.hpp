@@ -17,6 +17,9 @@
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 namespace {
 
@@ -62,10 +65,14 @@ void cpu_idle(uint32_t spins) {
 }
 
 /// Polls `cq` once for up to `max` completions; false (recorded) on an error completion.
-uint32_t cpu_reap(const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step, uint32_t q, uint32_t qpn,
-                  uint32_t iter, bool* ok) {
+/// Finding none, it lets the backend make progress on `qp`, as dev::wait_cq does (on the
+/// verbs backend the calling thread steps the QP: its device's completions become CQEs
+/// without waiting for the proxy's fallback thread).
+uint32_t cpu_reap(const dev::QpHandle& qp, const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step,
+                  uint32_t q, uint32_t qpn, uint32_t iter, bool* ok) {
     Completion c[64];
     const uint32_t k = dev::poll_cq(cq, c, std::min<uint32_t>(max, 64));
+    if (!k) dev::drive(qp);
     for (uint32_t i = 0; i < k; ++i)
         if (!c[i].ok()) {
             record_failure(fail, step, q, qpn, iter, Status::CompletionError, c[i]);
@@ -94,7 +101,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
     auto reap = [&](bool block) {
         const uint64_t t0 = atom::now_ns();
         for (uint32_t spins = 0;; ++spins) {
-            const uint32_t k = cpu_reap(j.qp.scq, kCpuLists, fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), &ok);
+            const uint32_t k = cpu_reap(j.qp, j.qp.scq, kCpuLists, fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), &ok);
             if (!ok) return false;
             outstanding -= k;
             reaped += k;
@@ -152,7 +159,7 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
             }
             ++posted;
         }
-        const uint32_t k = cpu_reap(j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
+        const uint32_t k = cpu_reap(j.peer, j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
         if (!ok) return;
         done += k;
         idle = k ? 0 : idle + 1;
@@ -168,17 +175,47 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
     }
 }
 
+/// The ping-pong's timestamps: the TSC on x86-64, as perftest's get_cycles, converted to ns
+/// with the rate measured against CLOCK_MONOTONIC over the whole ping-pong; clock_gettime
+/// elsewhere. In the Soft-RoCE VM the clocksource is the HPET and clock_gettime costs 1.4-6
+/// us a call (docs/performance.md, "WRITE latency on the verbs backend"): every round trip
+/// would hold one call's worth of the clock itself, which perftest's does not.
+struct LatClock {
+    static uint64_t ticks() {
+#if defined(__x86_64__)
+        return __rdtsc();
+#else
+        return atom::now_ns();
+#endif
+    }
+    LatClock() : t0(ticks()), n0(atom::now_ns()) {}
+    /// Nanoseconds per tick from construction until now (1 without the TSC).
+    double ns_per_tick() const {
+#if defined(__x86_64__)
+        const uint64_t n1 = atom::now_ns(), t1 = ticks();
+        return t1 > t0 ? double(n1 - n0) / double(t1 - t0) : 1.0;
+#else
+        return 1.0;
+#endif
+    }
+    uint64_t t0, n0;
+};
+
 /// write_lat: side 0 stamps and writes i, waits for the answer i; side 1 waits for i and
 /// answers with i. Every 64th WRITE is signaled and waited for (the send queue drains).
 void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, unsigned long long* stamps,
                   Failure* fail, const std::atomic<bool>* stop) {
     uint64_t* mine = reinterpret_cast<uint64_t*>(me.src + 4096) + (size / 8 - 1);  // where the peer's writes land
     uint64_t* out = reinterpret_cast<uint64_t*>(me.src);
+    // The clock is read only once a wait is long (1024 turns): a read is not free (see LatClock).
     auto await = [&](uint32_t i, Step step) {
-        const uint64_t t0 = atom::now_ns();
+        uint64_t t0 = 0;
         for (uint32_t spins = 0; __atomic_load_n(mine, __ATOMIC_ACQUIRE) != i; ++spins) {
             cpu_idle(spins);
-            if ((spins & 1023) == 1023 && (stop->load(std::memory_order_relaxed) || atom::now_ns() - t0 > 5'000'000'000ull)) {
+            if ((spins & 1023) != 1023) continue;
+            const uint64_t now = atom::now_ns();
+            if (!t0) t0 = now;
+            if (stop->load(std::memory_order_relaxed) || now - t0 > 5'000'000'000ull) {
                 record_failure(fail, step, uint32_t(side), me.qp.q.qpn, i - 1, Status::Timeout);
                 return false;
             }
@@ -187,7 +224,7 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uns
     };
     for (uint32_t i = 1; i <= iters; ++i) {
         if (side == 1 && !await(i, Step::AwaitPing)) return;
-        if (side == 0) stamps[i - 1] = atom::now_ns();
+        if (side == 0) stamps[i - 1] = LatClock::ticks();
         out[size / 8 - 1] = i;
         const uint32_t fl = (i % 64) == 0 ? kSignaled : 0;
         const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey, fl);
@@ -205,7 +242,7 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uns
         }
         if (side == 0) {
             if (!await(i, Step::AwaitPong)) return;
-            stamps[i - 1] = atom::now_ns() - stamps[i - 1];
+            stamps[i - 1] = LatClock::ticks() - stamps[i - 1];
         }
     }
 }
@@ -286,10 +323,13 @@ int run_cpu(Opts& o) {
             const CpuJob a = jobs[0];
             const CpuJob b{qps[1]->device_handle(), {}, dst, src, md.lkey(), ms.rkey(), 0, slice};
             Failure f{};
+            const LatClock clock;
             std::thread resp(cpu_lat_side, std::cref(b), 1, size, o.iters, nullptr, &f, &stop);
             cpu_lat_side(a, 0, size, o.iters, st.data(), &f, &stop);
             if (f.count) stop = true;
             resp.join();
+            const double ns = clock.ns_per_tick();
+            for (auto& t : st) t = (unsigned long long)(double(t) * ns + 0.5);
             if (f.count) throw Error(failure_text(o, "the CPU ping-pong", size, "", f, qps));
             print_lat_row(o, size, st);
         }
