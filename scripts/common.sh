@@ -106,3 +106,18 @@ build_tree() {
     echo "  a fresh build takes $time on $GV_JOBS cores (an up-to-date tree: seconds)"
     cmake --build "$dir" -j"$GV_JOBS" 2>&1 | heartbeat "building $dir"
 }
+
+# skip_reason DIR: ctest does not show why a test skipped itself: print what the first
+# skipped test of the last run said.
+skip_reason() {
+    local dir=$1 n why out
+    n=$(awk '/\(Skipped\)$/ {print $1; exit}' "$dir/ctest-last.log")
+    [ -n "$n" ] || return 0
+    out=$(ctest --test-dir "$dir" -I "$n,$n" -V 2>&1 || true)
+    # A gtest skip prints "file:line: Skipped" and the reason on the next line; a script that
+    # exits 77 prints its reason last. (Under set -e a grep that finds nothing must not end
+    # the run: it did, after every test had passed, where the VM tier skips.)
+    why=$(printf '%s\n' "$out" | grep -A1 ': Skipped$' | tail -n 1 | sed 's/^[0-9]*: //' || true)
+    [ -n "$why" ] || why=$(printf '%s\n' "$out" | grep -E '^[0-9]+: ' | tail -n 1 | sed 's/^[0-9]*: //' || true)
+    printf 'why they skipped (test %s): %s\n' "$n" "${why:-the test printed no reason}"
+}

@@ -39,15 +39,6 @@ run_ctest() {
     fi
 }
 
-# skip_reason DIR: ctest does not show why a test skipped itself: print what the first
-# skipped test of the last run said.
-skip_reason() {
-    local dir=$1 n
-    n=$(awk '/\(Skipped\)$/ {print $1; exit}' "$dir/ctest-last.log")
-    [ -n "$n" ] || return 0
-    printf 'why they skipped (test %s): ' "$n"
-    ctest --test-dir "$dir" -I "$n,$n" -V 2>&1 | grep -A1 ': Skipped$' | tail -n 1 | sed 's/^[0-9]*: //'
-}
 
 section "setup: dependencies (scripts/setup.sh)"
 "$GV_ROOT/scripts/setup.sh"

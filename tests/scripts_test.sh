@@ -33,6 +33,29 @@ if (false | heartbeat x); then fail "heartbeat: a failed command's status was lo
 printf 'no newline' | heartbeat x >"$tmp/nl"
 [ "$(cat "$tmp/nl")" = "no newline" ] || fail "heartbeat: a last line without a newline was lost"
 
+# 1b. skip_reason (run_tests.sh, after each ctest stage): the reason a script test printed
+# before it exited 77 is shown, and nothing ends the run (under set -e a grep that found no
+# gtest "Skipped" line ended run_tests.sh after every test had passed, where the VM tier skips).
+if command -v ctest >/dev/null; then
+    mkdir -p "$tmp/skip"
+    cat >"$tmp/skip/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.16)
+project(skip NONE)
+enable_testing()
+add_test(NAME Vm.image COMMAND bash -c "echo 'qemu-system-x86_64 is missing'; exit 77")
+set_tests_properties(Vm.image PROPERTIES SKIP_RETURN_CODE 77)
+CM
+    if command cmake -S "$tmp/skip" -B "$tmp/skip/b" >/dev/null 2>&1; then
+        ctest --test-dir "$tmp/skip/b" >"$tmp/skip/b/ctest-last.log" 2>&1
+        out=$(set -e; skip_reason "$tmp/skip/b"; echo "returned")
+        grep -q "why they skipped (test 1): qemu-system-x86_64 is missing" <<<"$out" ||
+            fail "skip_reason: the script test's reason is missing: $out"
+        grep -q returned <<<"$out" || fail "skip_reason: it ended the shell (set -e): $out"
+    else
+        fail "skip_reason: could not configure the stand-in ctest project"
+    fi
+fi
+
 # 2. The line before a build: stand-ins for cmake, nvidia-smi and the tree's cache.
 cmake() { echo "cmake $*"; }
 mkdir -p "$tmp/cuda" "$tmp/cpu" "$tmp/off" "$tmp/asan"
