@@ -65,14 +65,16 @@ void cpu_idle(uint32_t spins) {
 }
 
 /// Polls `cq` once for up to `max` completions; false (recorded) on an error completion.
-/// Finding none, it lets the backend make progress on `qp`, as dev::wait_cq does (on the
-/// verbs backend the calling thread steps the QP: its device's completions become CQEs
-/// without waiting for the proxy's fallback thread).
+/// Finding none on the verbs backend, it steps `qp` as dev::wait_cq does (its device's
+/// completions become CQEs without waiting for the proxy's fallback thread). Not on a
+/// software device executing on a GPU: there a drive is a kernel launch on the stream that
+/// runs the executors, for RNR retries and flushes that these benchmarks never need
+/// (docs/performance.md, "Before and after, 2026-12-01").
 uint32_t cpu_reap(const dev::QpHandle& qp, const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step,
                   uint32_t q, uint32_t qpn, uint32_t iter, bool* ok) {
     Completion c[64];
     const uint32_t k = dev::poll_cq(cq, c, std::min<uint32_t>(max, 64));
-    if (!k) dev::drive(qp);
+    if (!k && qp.backend == Backend::Verbs) dev::drive(qp);
     for (uint32_t i = 0; i < k; ++i)
         if (!c[i].ok()) {
             record_failure(fail, step, q, qpn, iter, Status::CompletionError, c[i]);
