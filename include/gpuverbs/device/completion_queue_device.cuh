@@ -70,9 +70,10 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c, const CqQ
 GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) { cq_retire(cq, c, CqQpSlot{}); }
 
 /// Publishes the consumer index in the doorbell record, never moving it backwards when
-/// several pollers race (24-bit field, compared modulo 2^24).
+/// several pollers race (24-bit field, compared modulo 2^24). The poller that claimed entry
+/// ci - 1 calls it: in order, the record holds ci - 1, so one CAS from there, without a load.
 GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
-    mlx5::advance_dbrec(&cq.dbrec[mlx5::kCqSetCi], uint32_t(ci), 24, cq.sys != 0);
+    mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(ci - 1), uint32_t(ci), 24, cq.sys != 0);
 }
 
 /// The slot at qpn's hash position, every field loaded at once (the table is written before
@@ -107,8 +108,7 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
         // since have reused the slot), so what we decoded is discarded.
         if (!atom::cas(cq.ci, c, c + 1, sys)) continue;
         GV_EXEC_STAMP(detail::kStampPollClaimed);
-        // In order, the record holds c: one CAS from there (cq_update_dbrec's rule otherwise).
-        mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(c), uint32_t(c + 1), 24, sys);
+        cq_update_dbrec(cq, c + 1);
         GV_EXEC_STAMP(detail::kStampPollDbrec);
         cq_retire(cq, x, slot);
         GV_EXEC_STAMP(detail::kStampPollRetired);

@@ -221,30 +221,26 @@ GV_HOST_DEVICE uint32_t read_rq_dbrec(const uint32_t* dbrec, bool sys) {
 /// `want`, never backwards when several writers race: a value half the counter's range or
 /// more behind is taken as already passed (rings are at most half the counter's range).
 /// The acq_rel CAS makes everything the caller published before visible with the record.
-GV_HOST_DEVICE void advance_dbrec(uint32_t* rec, uint32_t want, uint32_t bits, bool sys) {
+/// `cur`: what the record is believed to hold (big-endian, as stored); a wrong belief costs one
+/// failed CAS, which then tells the truth.
+GV_HOST_DEVICE void advance_dbrec_believing(uint32_t* rec, uint32_t cur, uint32_t want, uint32_t bits, bool sys) {
     const uint32_t mask = (1u << bits) - 1, half = 1u << (bits - 1);
     want &= mask;
-    uint32_t cur = atom::load_relaxed(rec, sys);
     for (;;) {
         uint32_t ahead = (want - (from_be32(cur) & mask)) & mask;
         if (ahead == 0 || ahead >= half) return;
         if (atom::cas(rec, cur, to_be32(want), sys)) return;
     }
 }
+GV_HOST_DEVICE void advance_dbrec(uint32_t* rec, uint32_t want, uint32_t bits, bool sys) {
+    advance_dbrec_believing(rec, atom::load_relaxed(rec, sys), want, bits, sys);
+}
 
 /// advance_dbrec for a caller that knows what the record most likely holds (`from`: a poller
 /// that just claimed consumer index `from` moves the record from there to `from + 1`): the
-/// CAS is tried with that value first, without loading the record, and the general loop
-/// follows only when the record held something else.
+/// CAS is tried with that value first, without loading the record.
 GV_HOST_DEVICE void advance_dbrec_from(uint32_t* rec, uint32_t from, uint32_t want, uint32_t bits, bool sys) {
-    const uint32_t mask = (1u << bits) - 1, half = 1u << (bits - 1);
-    want &= mask;
-    uint32_t cur = to_be32(from & mask);
-    for (;;) {
-        if (atom::cas(rec, cur, to_be32(want), sys)) return;
-        const uint32_t ahead = (want - (from_be32(cur) & mask)) & mask;
-        if (ahead == 0 || ahead >= half) return;
-    }
+    advance_dbrec_believing(rec, to_be32(from & ((1u << bits) - 1)), want, bits, sys);
 }
 
 /// Rings a ConnectX doorbell: the first 8 bytes of the last WQE's ctrl segment into the
