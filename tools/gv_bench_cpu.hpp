@@ -71,13 +71,13 @@ void cpu_idle(uint32_t spins) {
 /// runs the executors, for RNR retries and flushes that these benchmarks never need
 /// (docs/performance.md, "Before and after, 2026-12-01").
 uint32_t cpu_reap(const dev::QpHandle& qp, const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step,
-                  uint32_t q, uint32_t qpn, uint32_t iter, bool* ok) {
+                  uint32_t q, uint32_t iter, bool* ok) {
     Completion c[64];
     const uint32_t k = dev::poll_cq(cq, c, std::min<uint32_t>(max, 64));
     if (!k && qp.backend == Backend::Verbs) dev::drive(qp);
     for (uint32_t i = 0; i < k; ++i)
         if (!c[i].ok()) {
-            record_failure(fail, step, q, qpn, iter, Status::CompletionError, c[i]);
+            record_failure(fail, step, q, qp.q.qpn, iter, Status::CompletionError, c[i]);
             *ok = false;
         }
     return k;
@@ -103,7 +103,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
     auto reap = [&](bool block) {
         const uint64_t t0 = atom::now_ns();
         for (uint32_t spins = 0;; ++spins) {
-            const uint32_t k = cpu_reap(j.qp, j.qp.scq, kCpuLists, fail, Step::WaitSend, q, j.qp.q.qpn, last_of(reaped), &ok);
+            const uint32_t k = cpu_reap(j.qp, j.qp.scq, kCpuLists, fail, Step::WaitSend, q, last_of(reaped), &ok);
             if (!ok) return false;
             outstanding -= k;
             reaped += k;
@@ -161,7 +161,7 @@ void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, ui
             }
             ++posted;
         }
-        const uint32_t k = cpu_reap(j.peer, j.peer.rcq, 64, fail, Step::WaitRecv, q, j.peer.q.qpn, done, &ok);
+        const uint32_t k = cpu_reap(j.peer, j.peer.rcq, 64, fail, Step::WaitRecv, q, done, &ok);
         if (!ok) return;
         done += k;
         idle = k ? 0 : idle + 1;
