@@ -12,11 +12,11 @@
 // The pieces it builds on: mlx5/wqe_reader.cuh (reading WQEs), detail/group.cuh and
 // copy.cuh (execution groups, cooperative copy), mr_check.cuh (memory-region checks, the
 // leader's caches), completions.cuh (CQ slots, receive queue, flush; the CQE format is
-// mlx5/cqe.cuh).
+// mlx5/cqe.cuh), complete.cuh (a WQE's completions and its effect on the QPs' states).
 #pragma once
 
 #include "gpuverbs/detail/probe.cuh"
-#include "gpuverbs/detail/soft/completions.cuh"
+#include "gpuverbs/detail/soft/complete.cuh"
 #include "gpuverbs/mlx5/wqe_reader.cuh"
 
 namespace gv::detail::soft {
@@ -32,7 +32,7 @@ namespace gv::detail::soft {
 //   plan_rdma       the peer's region and access; the copies of a WRITE or READ
 //   take_receive    claim the peer's next receive, under the RNR rules
 //   plan_scatter    the copies of a SEND, over the receive's scatter list
-//   finish          responder and requester CQEs, sq_ci, ERROR
+//   finish          responder and requester CQEs, sq_ci, ERROR (complete.cuh)
 
 enum Action : uint32_t {
     kStop = 0,     ///< nothing (more) to execute now
@@ -393,97 +393,6 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     }
     p.out = o;
     return kExecute;
-}
-
-// ---- complete -----------------------------------------------------------------------
-
-/// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
-/// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
-GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o) {
-    QpContext* r = lc.r;
-    mlx5::CqeFields f{};
-    f.qpn = r->qpn;
-    f.rqpn = q->qpn;
-    f.wqe_counter = o.rq_index;
-    if (o.resp_syndrome) {
-        f.cqe_opcode = MLX5_CQE_RESP_ERR;
-        f.syndrome = o.resp_syndrome;
-    } else {
-        f.cqe_opcode = o.resp_kind;
-        f.byte_cnt = o.byte_len;
-        f.imm_be = o.imm_be;
-    }
-    if (!cq_push(r->rcq, f) || o.resp_syndrome) {
-        enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.peer_ok = false;
-    }
-}
-
-/// The requester's completion: always for an error, for success when signaled. Returns
-/// false when the CQ was full (the completion is lost).
-GV_HOST_DEVICE bool complete_requester(const LeaderCache& lc, const Outcome& o) {
-    if (!o.req_syndrome && !o.signaled) return true;
-    mlx5::CqeFields f{};
-    f.qpn = lc.cfg.qpn;
-    f.wqe_counter = o.wqe_index;
-    f.wqe_opcode = o.opcode;
-    if (o.req_syndrome) {
-        f.cqe_opcode = MLX5_CQE_REQ_ERR;
-        f.syndrome = o.req_syndrome;
-    } else {
-        f.cqe_opcode = MLX5_CQE_REQ;
-        f.byte_cnt = o.byte_len;
-    }
-    return cq_push(lc.cfg.scq, f);
-}
-
-/// True when the requester's syndrome is a NAK the responder sent for a request it refused
-/// on its own checks, with no receive of its own consumed: a remote access error (rkey, PD,
-/// bounds, the region's or the QP's access rights) or an invalid request (a misaligned
-/// atomic). The responder QP goes to ERROR for these.
-///
-/// Why (InfiniBand Architecture Specification vol. 1, chapter 9): the responder's error
-/// handling for RC (9.9.3, responder side error behaviour, and its table summarising the
-/// responder's error classes) sorts what a responder detects into classes. A PSN sequence
-/// error (class B) and receiver-not-ready NAK the request and change nothing else. An invalid
-/// request (a misaligned atomic, an unsupported opcode, a length beyond the receive), a
-/// remote access error (R_Key, bounds, rights) and a remote operational error are the classes
-/// that NAK the request *and* put the responder's QP in the Error state, completing the
-/// receive WQE in use (if any) in error, so that everything behind it flushes. When no receive
-/// WQE was in use there is no CQE to carry the error: the spec reports it as an affiliated
-/// asynchronous error of the QP (11.6.3: "invalid request" and "local access violation"
-/// work queue errors, verbs' IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR), again with the
-/// QP in Error. ConnectX (mlx5) moves a responder QP to ERROR on the remote access errors it
-/// detects, and Soft-RoCE does too (its responder calls these "class A/C" errors); the
-/// differential check (tests/traffic/differential.cpp) compares the two devices' outcomes.
-GV_HOST_DEVICE bool responder_refused(uint8_t req_syndrome) {
-    return req_syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR ||
-           req_syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
-}
-
-/// Completes the WQE prepare() planned, after the group copied its data: CQEs, sq_ci, and
-/// ERROR for a failed WQE or a lost completion. Leader only.
-GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
-    if (o.resp_kind && lc.r) complete_responder(q, lc, o);
-    // A request the responder refused (NAK) without consuming a receive (complete_responder
-    // handled those, with their error CQE): the responder QP goes to ERROR too
-    // (responder_refused says why). Its syndrome is the NAK's; its receives flush.
-    if (!o.resp_kind && lc.r && responder_refused(o.req_syndrome)) {
-        enter_error(lc.r, o.req_syndrome);
-        lc.peer_ok = false;
-    }
-    const bool ok = complete_requester(lc, o);
-    GV_EXEC_STAMP(kStampCqe);
-    // Only the lock holder advances sq_ci; the lock's release store publishes it.
-    lc.ci += o.bbs;
-    atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
-    lc.pending -= o.bbs;
-    const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
-    if (failed || !ok) {
-        enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.state = QpState::Error;
-    }
-    GV_EXEC_STAMP(kStampFinished);
 }
 
 /// WQEs moving at most this many bytes are executed by the group's leader alone, with no
