@@ -1,5 +1,5 @@
 // Little-endian reads and the backends' wire codes, shared by the records (oob_records.cpp)
-// and the channel (oob.cpp).
+// and the channel (oob_socket.cpp, oob_exchange.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The software RDMA device of one GPU (or of the CPU) in this process: its shared arena, the
 // allocation of queues and device state, the memory-region table, QP numbers and links.
-// Used by soft_backend.cpp (CQs, QPs, the backend's operations).
+// Used by soft_backend.cpp (CQs, the backend's operations) and soft_qp.cpp (QPs).
 #pragma once
 
 #include <algorithm>
