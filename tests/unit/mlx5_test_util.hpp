@@ -1,4 +1,4 @@
-// Shared by the mlx5 layer's tests (mlx5_conformance_test.cpp, mlx5_reader_test.cpp): a
+// Shared by the mlx5 layer's tests (mlx5_conformance_test.cpp, mlx5_reader*_test.cpp): a
 // seeded random source whose seed every failure prints, byte comparison with a hex dump,
 // and a send ring of random garbage at WQEBB-aligned memory.
 #pragma once
