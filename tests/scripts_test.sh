@@ -45,13 +45,13 @@ if command -v ctest >/dev/null; then
 cmake_minimum_required(VERSION 3.16)
 project(skip NONE)
 enable_testing()
-add_test(NAME Vm.image COMMAND bash -c "echo 'qemu-system-x86_64 is missing'; exit $SKIP")
+add_test(NAME Vm.image COMMAND bash -c "echo 'SKIP: qemu-system-x86_64 is missing'; echo '(a hint)'; exit $SKIP")
 set_tests_properties(Vm.image PROPERTIES SKIP_RETURN_CODE $SKIP)
 CM
     if command cmake -S "$tmp/skip" -B "$tmp/skip/b" >/dev/null 2>&1; then
         ctest --test-dir "$tmp/skip/b" >"$tmp/skip/b/ctest-last.log" 2>&1
         out=$(set -e; skip_reason "$tmp/skip/b"; echo "returned")
-        grep -q "why they skipped (test 1): qemu-system-x86_64 is missing" <<<"$out" ||
+        grep -q "why they skipped (test 1): SKIP: qemu-system-x86_64 is missing" <<<"$out" ||
             fail "skip_reason: the script test's reason is missing: $out"
         grep -q returned <<<"$out" || fail "skip_reason: it ended the shell (set -e): $out"
     else
