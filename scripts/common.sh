@@ -115,9 +115,9 @@ skip_reason() {
     [ -n "$n" ] || return 0
     out=$(ctest --test-dir "$dir" -I "$n,$n" -V 2>&1 || true)
     # A gtest skip prints "file:line: Skipped" and the reason on the next line; a script that
-    # exits 77 prints a line that starts "SKIP" or "tool: SKIP" (else its last line is taken). (Under set -e a
-    # grep that finds nothing must not end the run: it did, after every test had passed, where
-    # the VM tier skips.)
+    # exits 77 prints a line that starts "SKIP" or "tool: SKIP" (else its last line is taken).
+    # (Under set -e a grep that finds nothing must not end the run: it did, after every test
+    # had passed, where the VM tier skips.)
     why=$(printf '%s\n' "$out" | grep -A1 ': Skipped$' | tail -n 1 | sed 's/^[0-9]*: //' || true)
     [ -n "$why" ] || why=$(printf '%s\n' "$out" | grep -E '^[0-9]+: ([A-Za-z0-9_.-]+: )?SKIP' | head -n 1 | sed 's/^[0-9]*: //' || true)
     [ -n "$why" ] || why=$(printf '%s\n' "$out" | grep -E '^[0-9]+: ' | tail -n 1 | sed 's/^[0-9]*: //' || true)
