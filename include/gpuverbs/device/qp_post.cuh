@@ -2,18 +2,30 @@
 // that write one WQE at a reserved position. Part of gpuverbs/device/queue_pair_device.cuh.
 #pragma once
 
-#include "gpuverbs/device/qp_ring.cuh"
+#include "gpuverbs/device/qp_wqebb.cuh"
 
 namespace gv {
 namespace dev {
 
 // ---- WQE builders (write one WQE at a reserved position) -------------------------------
 
+/// ds count of a WQE with a gather/scatter list (zero-length entries skipped).
+GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
+    uint32_t k = (opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM) ? 1 : 2;
+    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
+    return k;
+}
+
 /// RDMA WRITE / WRITE_IMM / READ / SEND / SEND_IMM with a gather (scatter for READ) list.
 /// Returns the ds count. Zero-length entries are skipped, as rdma-core does.
 GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
                                       uint32_t flags, uint32_t imm_be, uint64_t raddr,
                                       uint32_t rkey, const Sge* sg, uint32_t n) {
+    if (n == 1) {  // one WQEBB, stored whole (qp_wqebb.cuh)
+        const uint32_t ds = sge_wqe_ds(opcode, sg, 1);
+        store_wqebb_at(qp, pos, sge1_wqebb(qp, pos, opcode, flags, imm_be, raddr, rkey, sg[0]), ds);
+        return ds;
+    }
     const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
                       opcode == MLX5_OPCODE_RDMA_READ;
     uint32_t k = 1;
@@ -25,12 +37,6 @@ GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos
     }
     mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode,
                        0, qp.q.qpn, fm_ce_se(flags), uint8_t(k), 0, imm_be);
-    return k;
-}
-
-GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
-    uint32_t k = (opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM) ? 1 : 2;
-    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
     return k;
 }
 
@@ -46,8 +52,12 @@ GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg
     uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;
     Reservation res;
     Status st = sq_reserve_group<S>(qp, bbs, &res, timeout_ns);
-    if (st == Status::Ok && valid)
-        build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
+    const bool mine = st == Status::Ok && valid;
+    // One data segment (WRITE, READ, SEND and their immediates as the API posts them): one
+    // WQEBB, built in registers and stored whole (qp_wqebb.cuh).
+    if (n == 1)
+        store_wqebb(qp, res, sge1_wqebb(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg[0]), mine);
+    else if (mine) build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
     sq_publish_group<S>(qp, res);
     return valid ? st : Status::InvalidArgument;
 }
@@ -104,9 +114,7 @@ GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
                           uint64_t timeout_ns = kWaitForever) {
     Reservation res;
     Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
-    if (st == Status::Ok)
-        mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, res.pos, 0)), uint16_t(res.pos),
-                           MLX5_OPCODE_NOP, 0, qp.q.qpn, fm_ce_se(flags), 1, 0, 0);
+    store_wqebb(qp, res, nop_wqebb(qp, res.pos, flags), st == Status::Ok);
     sq_publish_group<S>(qp, res);
     return st;
 }
@@ -165,12 +173,7 @@ GV_HOST_DEVICE Status send_inline(const QpHandle& qp, const void* data, uint32_t
 GV_HOST_DEVICE void build_atomic_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode, void* laddr,
                                      uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t swap_add,
                                      uint64_t compare, uint32_t flags) {
-    mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, 1)), raddr, rkey);
-    mlx5::set_atomic_seg(reinterpret_cast<mlx5_wqe_atomic_seg*>(sq_seg(qp, pos, 2)), swap_add, compare);
-    mlx5::set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(sq_seg(qp, pos, 3)), 8, lkey,
-                       reinterpret_cast<uint64_t>(laddr));
-    mlx5::set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(sq_seg(qp, pos, 0)), uint16_t(pos), opcode, 0,
-                       qp.q.qpn, fm_ce_se(flags), 4, 0, 0);
+    store_wqebb_at(qp, pos, atomic_wqebb(qp, pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags));
 }
 
 /// 8-byte atomic on the peer's raddr (8-byte aligned, remote-atomic access): fetch-add
@@ -183,7 +186,8 @@ GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* ladd
                                   uint64_t timeout_ns = kWaitForever) {
     Reservation res;
     Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
-    if (st == Status::Ok) build_atomic_wqe(qp, res.pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags);
+    store_wqebb(qp, res, atomic_wqebb(qp, res.pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags),
+                st == Status::Ok);
     sq_publish_group<S>(qp, res);
     return st;
 }

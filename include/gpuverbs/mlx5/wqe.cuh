@@ -8,6 +8,8 @@
 
 #include <infiniband/mlx5dv.h>
 
+#include <cstring>
+
 #include "gpuverbs/config.hpp"
 #include "gpuverbs/device/atomic.cuh"
 
@@ -48,42 +50,87 @@ GV_HOST_DEVICE uint64_t from_be64(uint64_t x) { return bswap64(x); }
 
 // ---- segments -----------------------------------------------------------------------
 
-/// Writes a ctrl segment: the same bytes as mlx5dv_set_ctrl_seg(), plus a zeroed
-/// reserved field (one 16-byte store instead of four partial ones).
+/// One 16-byte unit of a WQE (a segment), built in registers and stored whole: a GPU thread
+/// writes it with one 16-byte store, where field-by-field stores would be three or four (each
+/// a separate write over PCIe when the ring is host memory or a NIC's).
+struct alignas(16) Unit {
+    uint32_t w[4];
+};
+
+/// Stores a unit at dst (16-byte aligned: WQE units are). One vector store on a GPU.
+GV_HOST_DEVICE void store_unit(void* dst, const Unit& u) {
+#if GV_DEVICE_CODE
+    *static_cast<uint4*>(dst) = make_uint4(u.w[0], u.w[1], u.w[2], u.w[3]);
+#else
+    std::memcpy(dst, &u, sizeof u);
+#endif
+}
+
+/// A big-endian 64-bit field at words i, i+1 of a unit.
+GV_HOST_DEVICE void put_be64(Unit& u, uint32_t i, uint64_t x) {
+    const uint64_t be = to_be64(x);
+    u.w[i] = uint32_t(be);
+    u.w[i + 1] = uint32_t(be >> 32);
+}
+
+/// A ctrl segment: the same bytes as mlx5dv_set_ctrl_seg(), plus a zeroed reserved field.
+GV_HOST_DEVICE Unit ctrl_unit(uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se,
+                              uint8_t ds, uint8_t signature, uint32_t imm_be) {
+    Unit u;
+    u.w[0] = to_be32((uint32_t(opmod) << 24) | (uint32_t(pi) << 8) | opcode);
+    u.w[1] = to_be32((qpn << 8) | ds);
+    // Little-endian word 2 = bytes {signature, dci_stream_channel_id (2), fm_ce_se}.
+    u.w[2] = uint32_t(signature) | (uint32_t(fm_ce_se) << 24);
+    u.w[3] = imm_be;  // the caller passes the immediate already in wire order, as rdma-core
+    return u;
+}
+
+/// A data (scatter/gather) segment: the bytes of mlx5dv_set_data_seg().
+GV_HOST_DEVICE Unit data_unit(uint32_t length, uint32_t lkey, uint64_t addr) {
+    Unit u;
+    u.w[0] = to_be32(length);
+    u.w[1] = to_be32(lkey);
+    put_be64(u, 2, addr);
+    return u;
+}
+
+/// A remote-address segment (raddr, rkey, reserved 0).
+GV_HOST_DEVICE Unit raddr_unit(uint64_t raddr, uint32_t rkey) {
+    Unit u;
+    put_be64(u, 0, raddr);
+    u.w[2] = to_be32(rkey);
+    u.w[3] = 0;
+    return u;
+}
+
+/// An atomic segment (swap or add, compare).
+GV_HOST_DEVICE Unit atomic_unit(uint64_t swap_add, uint64_t compare) {
+    Unit u;
+    put_be64(u, 0, swap_add);
+    put_be64(u, 2, compare);
+    return u;
+}
+
+/// Writes a ctrl segment (ctrl_unit) with one 16-byte store.
 GV_HOST_DEVICE void set_ctrl_seg(mlx5_wqe_ctrl_seg* seg, uint16_t pi, uint8_t opcode,
                                  uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se, uint8_t ds,
                                  uint8_t signature, uint32_t imm_be) {
-    uint32_t w[4];
-    w[0] = to_be32((uint32_t(opmod) << 24) | (uint32_t(pi) << 8) | opcode);
-    w[1] = to_be32((qpn << 8) | ds);
-    // Little-endian word 2 = bytes {signature, dci_stream_channel_id (2), fm_ce_se}.
-    w[2] = uint32_t(signature) | (uint32_t(fm_ce_se) << 24);
-    w[3] = imm_be;  // the caller passes the immediate already in wire order, as rdma-core
-    auto* dst = reinterpret_cast<uint32_t*>(seg);
-    dst[0] = w[0];
-    dst[1] = w[1];
-    dst[2] = w[2];
-    dst[3] = w[3];
+    store_unit(seg, ctrl_unit(pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm_be));
 }
 
-/// Writes a data (scatter/gather) segment: the bytes of mlx5dv_set_data_seg().
+/// Writes a data (scatter/gather) segment (data_unit).
 GV_HOST_DEVICE void set_data_seg(mlx5_wqe_data_seg* seg, uint32_t length, uint32_t lkey,
                                  uint64_t addr) {
-    seg->byte_count = to_be32(length);
-    seg->lkey = to_be32(lkey);
-    seg->addr = to_be64(addr);
+    store_unit(seg, data_unit(length, lkey, addr));
 }
 
 GV_HOST_DEVICE void set_raddr_seg(mlx5_wqe_raddr_seg* seg, uint64_t raddr, uint32_t rkey) {
-    seg->raddr = to_be64(raddr);
-    seg->rkey = to_be32(rkey);
-    seg->reserved = 0;
+    store_unit(seg, raddr_unit(raddr, rkey));
 }
 
 GV_HOST_DEVICE void set_atomic_seg(mlx5_wqe_atomic_seg* seg, uint64_t swap_add,
                                    uint64_t compare) {
-    seg->swap_add = to_be64(swap_add);
-    seg->compare = to_be64(compare);
+    store_unit(seg, atomic_unit(swap_add, compare));
 }
 
 /// Inline data header; the payload follows it directly in the WQE.
