@@ -35,7 +35,7 @@ __device__ Status post_one(const dev::QpHandle& h, const LaneArgs& a) {
         return dev::post_atomic<S>(h, a.opcode, reinterpret_cast<void*>(a.laddr), a.lkey, a.raddr, a.rkey, a.swap_add,
                                    a.compare, a.flags);
     if (a.kind == kNop) return dev::nop<S>(h, a.flags);
-    const dev::Sge s{a.laddr, a.len, a.lkey};
+    const Sge s{a.laddr, a.len, a.lkey};
     return dev::post_sge<S>(h, a.opcode, &s, 1, a.raddr, a.rkey, a.imm, a.flags);
 }
 

@@ -15,7 +15,16 @@ namespace gv::detail::soft {
 /// full (overrun): the completion is lost, as on a NIC, and the CQ is marked so pollers
 /// report it.
 GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
-    const uint32_t cnt = 1u << cq->log_cnt;
+    // The CQ's fixed fields, all loaded before the slot's RMW: the RMW and the acquire below
+    // are ordered after them anyway (no load moves across an atomic here), so loading them
+    // first costs one latency for all, where loading each where it is used cost one each.
+    const uint32_t log_cnt = cq->log_cnt;
+    const uint32_t xgpu = atom::load_relaxed(&cq->xgpu);
+    const bool sys = cq->sys != 0;
+    uint32_t* const ci_word = &cq->dbrec[mlx5::kCqSetCi];
+    mlx5_cqe64* const cqes = cq->cqes;
+    uint32_t* const overrun = cq->overrun;
+    const uint32_t cnt = 1u << log_cnt;
     // Slot reservation: several executors may complete into one CQ at once. System scope once
     // a QP completing here is connected to another GPU (xgpu): the peer's executor on that GPU
     // reserves responder slots here while this GPU's executors reserve theirs; a device-scope
@@ -23,14 +32,11 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     // Relaxed: the slot's number is all the reservation gives (the CQE's stores go where it
     // says, so they cannot precede it); an acquire-release RMW cost the H200 about 0.25 us
     // more per CQE, with the consumer index's load waiting behind it.
-    const unsigned long long slot =
-        rmw_add_relaxed(&cq->prod, 1ull, atom::load_relaxed(&cq->xgpu) ? kScopePeer : kScopeGpu);
+    const unsigned long long slot = rmw_add_relaxed(&cq->prod, 1ull, xgpu ? kScopePeer : kScopeGpu);
     // The consumer publishes how far it has read in the doorbell record (24 bits); the
     // slot is free when fewer than cnt entries are unread. Differences are taken modulo
     // 2^24, exact while cnt <= 2^23. Acquire: the consumer's reads of the slot's last CQE
     // come before the stores below.
-    uint32_t* const ci_word = &cq->dbrec[mlx5::kCqSetCi];
-    const bool sys = cq->sys != 0;
     uint32_t ci = mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
     if (((uint32_t(slot) - ci) & 0xffffff) >= cnt) {
         // The index may have been read before the slot was taken (nothing orders the two):
@@ -38,14 +44,13 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
         atom::fence_seq_cst(sys);
         ci = mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
         if (((uint32_t(slot) - ci) & 0xffffff) >= cnt) {
-            atom::store_release(cq->overrun, 1u, sys);
+            atom::store_release(overrun, 1u, sys);
             return false;
         }
     }
     // The owner bit flips with every pass over the ring; the low 32 bits of the slot
     // number carry it (log_cnt < 32).
-    mlx5::write_cqe(&cq->cqes[slot & (cnt - 1)], f, mlx5::sw_owner(uint32_t(slot), cq->log_cnt),
-                    cq->sys != 0);
+    mlx5::write_cqe(&cqes[slot & (cnt - 1)], f, mlx5::sw_owner(uint32_t(slot), log_cnt), sys);
     return true;
 }
 
