@@ -66,7 +66,7 @@ std::vector<uint8_t> expected(const LaneArgs& a, uint32_t qpn, uint64_t pos) {
     s.fm_ce_se = dev::fm_ce_se(a.flags);
     s.qpn = qpn;
     if (a.kind == kSge) {
-        s.imm_be = (a.opcode == MLX5_OPCODE_RDMA_WRITE_IMM || a.opcode == MLX5_OPCODE_SEND_IMM) ? mlx5::to_be32(a.imm) : 0;
+        s.imm_be = mlx5::to_be32(a.imm);  // 0 unless an immediate opcode (random_args)
         if (mlx5::has_raddr(a.opcode)) s.raddr = a.raddr, s.rkey = a.rkey;
         if (a.len) s.data.push_back({a.laddr, a.len, a.lkey});
     } else if (a.kind == kAtomic) {
@@ -151,7 +151,10 @@ LaneArgs random_args(mlx5test::Rng& rng, Kind k, uint32_t qp) {
     if (k == kSge) {
         a.opcode = sge_ops[rng.below(5)];
         a.len = rng.below(4) == 0 ? 0 : 1 + rng.below(1u << 20);  // zero-length: no data segment
-        a.imm = rng.u32();
+        // The API passes an immediate with the *_IMM opcodes only (0 otherwise, as rdma-core
+        // leaves the field): post_sge stores whatever it is given.
+        const bool imm = a.opcode == MLX5_OPCODE_RDMA_WRITE_IMM || a.opcode == MLX5_OPCODE_SEND_IMM;
+        a.imm = imm ? rng.u32() : 0;
     } else if (k == kAtomic) {
         a.opcode = rng.below(2) ? MLX5_OPCODE_ATOMIC_FA : MLX5_OPCODE_ATOMIC_CS;
         a.swap_add = rng.u64();
@@ -177,11 +180,12 @@ TEST(GpuWqeStore, WarpScopeAcrossTheRingsEnd) {
     mlx5test::Rng rng(0x6776'7771'0000'0002ull);
     SCOPED_TRACE(::testing::Message() << "seed=0x" << std::hex << rng.seed);
     Fixture f(1, 64);
-    ASSERT_EQ(f.hs[0].q.sq_log_bb, 6u) << "the test needs a ring of 64 WQEBBs";
-    constexpr uint32_t kSkip = 50;  // the warp's 32 WQEs take positions 50 .. 81: 14 past the end
+    const uint32_t ring = 1u << f.hs[0].q.sq_log_bb;  // at least the depth asked for
+    ASSERT_GE(ring, 32u);
+    const uint32_t skip = ring - 18;  // the warp's 32 WQEs: 18 before the ring's end, 14 after
     std::vector<LaneArgs> args;
     for (uint32_t t = 0; t < 32; ++t) args.push_back(random_args(rng, kSge, 0));
-    run_and_check<Scope::Warp>(f, args, 32, kSkip, [](size_t i) { return kSkip + uint64_t(i); });
+    run_and_check<Scope::Warp>(f, args, 32, skip, [skip](size_t i) { return skip + uint64_t(i); });
 }
 
 TEST(GpuWqeStore, ThreadScopeLanesOnTwoQps) {
