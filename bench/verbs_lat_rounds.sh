@@ -8,10 +8,13 @@
 #   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_lat_rounds.sh BIN_DIR OUT_FILE ROUNDS 'LABEL:ARGS' ...
 #
 # Each 'LABEL:ARGS' is one variant of ours: gv_write_lat -d DEV -x GID -s 8 -n ITERS ARGS
-# (e.g. 'inline:' and 'proxy-only:--proxy-only'; leading NAME=VALUE words of ARGS are put in
-# the run's environment, a first word @PATH runs the gv_write_lat at PATH instead, e.g. a
-# build of the code before a change). Environment: RDMA_DEVICE (rxe0),
-# RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1), GV_PT_ITERS_LAT (1000, as verbs_vs_perftest.sh).
+# (e.g. 'one-process:' and 'proxy-only:--proxy-only'; leading NAME=VALUE words of ARGS are put
+# in the run's environment, then a word @PATH runs the gv_write_lat at PATH instead, e.g. a
+# build of the code before a change, then a word 2p runs it in two processes as perftest
+# runs: a server (--server, the same ARGS) in the background and the client against
+# 127.0.0.1, e.g. 'two-process:2p' and 'two-process-inline:2p -I 8'). Environment:
+# RDMA_DEVICE (rxe0), RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1), GV_PT_ITERS_LAT (1000, as
+# verbs_vs_perftest.sh), GV_LAT_PORT (18520, the two-process runs' TCP port).
 # Every run's full output is appended to OUT_FILE.log.
 set -uo pipefail
 BIN=$1 OUT=$2 ROUNDS=$3
@@ -20,6 +23,7 @@ DEV=${RDMA_DEVICE:-rxe0}
 GID=${RDMA_GID_INDEX:-1}
 ADDR=${RDMA_IPV4:-10.0.0.1}
 N=${GV_PT_ITERS_LAT:-1000}
+PORT=${GV_LAT_PORT:-18520}
 LOG=$OUT.log
 : > "$LOG"
 : > "$OUT"
@@ -45,12 +49,29 @@ ours() {
     for w in $1; do  # leading NAME=VALUE words: the run's environment
         if [ ${#args[@]} = 0 ] && [[ $w =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then envs+=("$w"); else args+=("$w"); fi
     done
-    local bin=$BIN/gv_write_lat
+    local bin=$BIN/gv_write_lat two=0
     if [ ${#args[@]} != 0 ] && [ "${args[0]:0:1}" = @ ]; then bin=${args[0]:1}; args=("${args[@]:1}"); fi
-    timeout 120 env "${envs[@]}" "$bin" -d "$DEV" -x "$GID" -s 8 -n "$N" "${args[@]}" > "$tmp/ours" 2>&1
-    local rc=$?
-    { echo "== gv_write_lat $1 (rc $rc)"; cat "$tmp/ours"; } >> "$LOG"
-    [ $rc = 0 ] || { echo FAIL; return; }
+    if [ ${#args[@]} != 0 ] && [ "${args[0]}" = 2p ]; then two=1; args=("${args[@]:1}"); fi
+    local rc src=0
+    if [ $two = 1 ]; then
+        # As perftest: the server in the background (it prints its line once it listens), then
+        # the client; both must exit 0.
+        timeout 120 env "${envs[@]}" "$bin" -d "$DEV" -x "$GID" --port "$PORT" --server "${args[@]}" \
+            > "$tmp/srv" 2>&1 &
+        local sp=$! w
+        for w in $(seq 100); do grep -q "waiting up to" "$tmp/srv" 2>/dev/null && break; sleep 0.05; done
+        timeout 110 env "${envs[@]}" "$bin" -d "$DEV" -x "$GID" -s 8 -n "$N" --port "$PORT" "${args[@]}" \
+            127.0.0.1 > "$tmp/ours" 2>&1
+        rc=$?
+        wait $sp
+        src=$?
+    else
+        timeout 120 env "${envs[@]}" "$bin" -d "$DEV" -x "$GID" -s 8 -n "$N" "${args[@]}" > "$tmp/ours" 2>&1
+        rc=$?
+    fi
+    { echo "== gv_write_lat $1 (rc $rc$([ $two = 1 ] && echo ", server rc $src"))"; cat "$tmp/ours"; } >> "$LOG"
+    [ $two = 1 ] && { echo "-- its server:"; cat "$tmp/srv"; } >> "$LOG"
+    [ $rc = 0 ] && [ $src = 0 ] || { echo FAIL; return; }
     value "$tmp/ours" 5
 }
 declare -A all

@@ -4,7 +4,10 @@
 # and SEND bandwidth at 8 B (message rate) and 64 KiB (bandwidth), WRITE latency at 8 B.
 # perftest runs as it always does on one device: a server in the background and a client
 # connecting to the device's own address (loopback through the device). Ours: the loopback
-# form of gv_write_bw / gv_read_bw / gv_send_bw / gv_write_lat on the same device.
+# form of gv_write_bw / gv_read_bw / gv_send_bw on the same device, and for the latency
+# perftest's own set-up: gv_write_lat in two processes (a server in the background, a client
+# against 127.0.0.1), one QP each, its WRITEs not inline as perftest's on rxe (perftest
+# inlines only on devices it knows: its header says "Max inline data : 0[B]" on rxe).
 #
 # Inside the Soft-RoCE VM (emulation: absolute numbers mean nothing, ratios within one run do):
 #   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_vs_perftest.sh [BIN_DIR=build-cpu/tools] [OUT_DIR]
@@ -15,7 +18,9 @@
 # median kept; default 3), GV_PT_ITERS_SMALL / GV_PT_ITERS_BIG / GV_PT_ITERS_LAT (5000 / 500 /
 # 1000), GV_PT_TX_DEPTH (perftest's -t and our post list x lists in flight; default 128),
 # GV_PT_CASES (which rows: "all" (default), or words among bw (the six bandwidth rows) and lat
-# (the latency row), e.g. GV_PT_CASES=lat for the latency alone).
+# (the latency row), e.g. GV_PT_CASES=lat for the latency alone), GV_PT_LAT_ARGS (more
+# options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
+# GV_LAT_PORT (18520: the TCP port of gv_write_lat's two processes).
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
 # bench/results). Exits 1 when a run failed (its output is in the log).
 set -uo pipefail
@@ -30,6 +35,8 @@ N_BIG=${GV_PT_ITERS_BIG:-500}
 N_LAT=${GV_PT_ITERS_LAT:-1000}
 DEPTH=${GV_PT_TX_DEPTH:-128}
 CASES=${GV_PT_CASES:-all}
+LAT_ARGS=${GV_PT_LAT_ARGS:-}
+PORT=${GV_LAT_PORT:-18520}
 LIST=$((DEPTH / 4))  # our CPU initiator keeps 4 post lists in flight (kCpuLists)
 mkdir -p "$OUT" || exit 1
 LOG=$OUT/verbs_vs_perftest.log
@@ -75,14 +82,29 @@ perftest() {
     value "$OUT/cli.out" 5
 }
 
-# ours TOOL ARGS...: one run, prints its value (column 5).
+# ours [2p] TOOL ARGS...: one run, prints its value (column 5). 2p: in two processes as
+# perftest runs, a server (--server, no ARGS: the client sends them) in the background and
+# the client against 127.0.0.1; both must exit 0.
 ours() {
+    local two=0 src=0
+    [ "$1" = 2p ] && { two=1; shift; }
     local t=$1
     shift
-    timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" "$@" > "$OUT/ours.out" 2>&1
-    local rc=$?
-    { echo "== $t $* (rc $rc)"; cat "$OUT/ours.out"; } >> "$LOG"
-    [ $rc = 0 ] || { echo FAIL; return; }
+    if [ $two = 1 ]; then
+        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" --server > "$OUT/srv.out" 2>&1 &
+        local sp=$! w
+        for w in $(seq 100); do grep -q "waiting up to" "$OUT/srv.out" 2>/dev/null && break; sleep 0.05; done
+        timeout 110 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" "$@" 127.0.0.1 > "$OUT/ours.out" 2>&1
+        local rc=$?
+        wait $sp
+        src=$?
+    else
+        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" "$@" > "$OUT/ours.out" 2>&1
+        local rc=$?
+    fi
+    { echo "== $t $* (rc $rc$([ $two = 1 ] && echo ", two processes, server rc $src"))"; cat "$OUT/ours.out"; } >> "$LOG"
+    [ $two = 1 ] && { echo "-- its server:"; cat "$OUT/srv.out"; } >> "$LOG"
+    [ $rc = 0 ] && [ $src = 0 ] || { echo FAIL; return; }
     value "$OUT/ours.out" 5
 }
 
@@ -127,7 +149,8 @@ row "READ 8 B" bw ib_read_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_read_bw -s 8 -
 row "READ 64 KiB" bw ib_read_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_read_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
 row "SEND 8 B" bw ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
 row "SEND 64 KiB" bw ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-row "WRITE latency 8 B" lat ib_write_lat -s 8 -n "$N_LAT" -- gv_write_lat -s 8 -n "$N_LAT"
+# shellcheck disable=SC2086  # LAT_ARGS is a list of words
+row "WRITE latency 8 B (two processes)" lat ib_write_lat -s 8 -n "$N_LAT" -- 2p gv_write_lat -s 8 -n "$N_LAT" $LAT_ARGS
 
 {
     echo "$DEV, $(uname -r), $REPEAT runs each (median), perftest and gpuverbs alternating"
@@ -137,7 +160,8 @@ row "WRITE latency 8 B" lat ib_write_lat -s 8 -n "$N_LAT" -- gv_write_lat -s 8 -
     printf '%s\n' "${rows[@]}"
     echo
     echo "ratio: ours / perftest for message rates (bandwidth = rate x size), perftest / ours for the"
-    echo "typical (median) one-way latency; 1.00 = as fast as perftest."
+    echo "typical (median) one-way latency; 1.00 = as fast as perftest. Latency: both in two processes"
+    echo "(a server and a client), ours with gv_write_lat ${LAT_ARGS:-(WRITEs not inline, as perftest posts them on rxe)}."
 } | tee "$OUT/verbs_vs_perftest.md"
 rm -f "$OUT/srv.out" "$OUT/cli.out" "$OUT/ours.out"
 [ $fails = 0 ] || { echo "$fails run(s) failed: see $LOG"; exit 1; }

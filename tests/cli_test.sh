@@ -15,6 +15,12 @@
 #   bench-early   the benchmarks' two-process mode without a GPU (none visible) fails at once
 #                 (exit 1, the reason), before listening or connecting: --server prints no
 #                 "waiting" line; the client does not retry for its --timeout.
+#   bench-cpu-two-process  gv_write_lat's two processes with CPU initiators: its usage mistakes
+#                 (a client without a HOST or with an empty one, --bind where no verbs server
+#                 listens, --inline-size outside the CPU latency test or out of range, a
+#                 bandwidth test in two processes) exit 2 naming the mistake (1 where the build
+#                 lacks CUDA for it); a device that does not exist fails at once (exit 1, the
+#                 reason) before the server listens or the client connects
 #   bench-server  (needs a GPU; exit 77, a skip, without one) a gv_write_bw client with nobody
 #                 listening says once what it waits for; gv_write_bw --server survives a client
 #                 that connects and closes, one that sends garbage and one that asks for another
@@ -183,7 +189,8 @@ convention() {
             run 20 "$build/tools/gv_send_bw" --initiator cpu
             expect "gv_send_bw --initiator cpu" 2 err "--initiator cpu: supported by write_bw and read_bw only"
         else
-            expect "gv_write_bw --device rxe0 --server (no CUDA)" 1 err "needs a CUDA GPU: this build has no CUDA"
+            expect "gv_write_bw --device rxe0 --server (no CUDA)" 1 err \
+                "two-process bandwidth runs need a CUDA GPU: this build has no CUDA"
             run 20 "$build/tools/gv_write_bw" --initiator gpu
             expect "gv_write_bw --initiator gpu (no CUDA)" 2 err "--initiator gpu: this build has no CUDA"
             # Without CUDA the benchmarks run: CPU initiators on the software device.
@@ -217,6 +224,43 @@ bench_early() {
     expect "gv_write_bw HOST without a GPU" 1 err "GPU"
     [[ "$err" == *"waiting for a server"* ]] && fail "gv_write_bw HOST waited for a server without a GPU: $err"
     [ "$took" -lt 10000 ] || fail "gv_write_bw HOST took $took ms to give up without a GPU"
+}
+
+bench_cpu_two_process() {
+    local lat=$build/tools/gv_write_lat t0 took
+    run 20 "$lat" --device rxe0 --client
+    expect "gv_write_lat --client without a HOST" 2 err "--client needs a value"
+    run 20 "$lat" --device rxe0 --client ""
+    expect "gv_write_lat --client ''" 2 err "an empty HOST: expected the server's address, e.g. 127.0.0.1"
+    run 20 "$lat" --device rxe0 --bind 0.0.0.0 127.0.0.1
+    expect "gv_write_lat --bind on a client" 2 err "--bind 0.0.0.0: the listening address of a --server on a verbs"
+    run 20 "$lat" --device soft --server --bind 0.0.0.0
+    expect "gv_write_lat --bind on a software-device server" 2 err "--bind 0.0.0.0: the listening address"
+    run 20 "$build/tools/gv_write_bw" --device rxe0 -I 8
+    expect "gv_write_bw -I 8" 2 err "--inline-size: the latency test's option (gv_write_lat)"
+    run 20 "$lat" --device rxe0 -I 913
+    expect "gv_write_lat -I 913" 2 err "-I 913: expected an integer in 0 .. 912"
+    run 20 "$build/tools/gv_send_bw" --device rxe0 --server
+    if bench_has_cuda; then
+        expect "gv_send_bw --device rxe0 --server" 2 err "on a verbs device only gv_write_lat runs in two processes"
+        run 20 "$lat" -I 8
+        expect "gv_write_lat -I 8 (GPU initiators)" 2 err "--inline-size: CPU initiators only"
+    else
+        expect "gv_send_bw --device rxe0 --server (no CUDA)" 1 err "only gv_write_lat runs in two processes on CPU"
+    fi
+    # The device is opened before the server listens and before the client connects.
+    t0=$(date +%s%N)
+    run 30 "$lat" --device nosuchdev --server --port 0 --timeout 20
+    took=$((($(date +%s%N) - t0) / 1000000))
+    expect "gv_write_lat --device nosuchdev --server" 1 err "RDMA device"
+    [[ "$out" == *"waiting up to"* ]] && fail "gv_write_lat --device nosuchdev --server listened: $out"
+    [ "$took" -lt 10000 ] || fail "gv_write_lat --device nosuchdev --server took $took ms to give up"
+    t0=$(date +%s%N)
+    run 30 "$lat" --device nosuchdev 127.0.0.1 --port 1 --timeout 20
+    took=$((($(date +%s%N) - t0) / 1000000))
+    expect "gv_write_lat --device nosuchdev HOST" 1 err "RDMA device"
+    [[ "$err" == *"waiting for a server"* ]] && fail "gv_write_lat --device nosuchdev HOST waited for a server: $err"
+    [ "$took" -lt 10000 ] || fail "gv_write_lat --device nosuchdev HOST took $took ms to give up"
 }
 
 mps_running() {
@@ -296,6 +340,7 @@ bench_server() {
 case "$case_name" in
     convention) convention ;;
     bench-early) bench_early ;;
+    bench-cpu-two-process) bench_cpu_two_process ;;
     bench-server) bench_server ;;
     *) die "unknown case $case_name" ;;
 esac

@@ -14,7 +14,9 @@
 // initiator (posts, measures, prints); the server provides the target buffers (gv::SharedBuffer),
 // posts and consumes the receives of send_bw and answers write_lat's ping-pong. The client
 // sends its options to the server (tools/gv_bench_wire.hpp describes the conversation).
-// Two-process mode needs CUDA.
+// Two-process mode with GPU initiators needs CUDA; with CPU initiators (gv_write_lat on a verbs
+// device such as rxe0, or any device in a build without CUDA) it runs without:
+// gv_bench_cpu_two_process.hpp.
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
 #endif
@@ -40,11 +42,11 @@
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/oob.hpp"
+#include "gpuverbs/shared_buffer.hpp"
+#include "gv_bench_wire.hpp"
 #if defined(__CUDACC__)
 #include "bench_common.hpp"
 #include "gpuverbs/mps.hpp"
-#include "gpuverbs/shared_buffer.hpp"
-#include "gv_bench_wire.hpp"
 #endif
 
 #ifndef GV_BENCH_DEFAULT_OP
@@ -61,6 +63,8 @@ using gvbench::Step;
 
 #include "gv_bench_host.hpp"
 #include "gv_bench_cpu.hpp"
+#include "gv_bench_session.hpp"
+#include "gv_bench_cpu_two_process.hpp"
 
 #if defined(__CUDACC__)
 using gvbench::Buffer;
@@ -268,6 +272,7 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
             if (o.mode == Mode::Server)
                 throw gvcli::UsageError("--server takes no HOST (a HOST makes this the client): " + host);
             if (o.mode == Mode::Client) throw gvcli::UsageError("two HOSTs: " + o.host + " and " + host);
+            if (host.empty()) throw gvcli::UsageError("an empty HOST: expected the server's address, e.g. 127.0.0.1");
             o.mode = Mode::Client;
             o.host = host;
         };
@@ -313,6 +318,10 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("-x", "--gid-index")) o.gid_index = int(num(0, 255));
         else if (args.is("--proxy-idle-sleep-us")) o.proxy_idle_us = int(num(0, 100000));
         else if (args.is("--proxy-only")) o.proxy_only = true;
+        else if (args.is("-I", "--inline-size")) {
+            o.inline_size = int(num(0, gvbench::kMaxInline));
+            o.given.insert("inline");
+        } else if (args.is("--bind")) o.bind = args.value();
         else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;
@@ -328,20 +337,31 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
     if ((o.proxy_only || o.proxy_idle_us >= 0) && !verbs_device(o))
         throw gvcli::UsageError(std::string(o.proxy_only ? "--proxy-only" : "--proxy-idle-sleep-us") +
                                 ": the verbs backend's proxy (a --device such as rxe0)");
+    if (o.given.count("inline") && !o.lat)
+        throw gvcli::UsageError("--inline-size: the latency test's option (gv_write_lat); the bandwidth tests "
+                                "post from their buffers");
+    if (!o.bind.empty() && (o.mode != Mode::Server || !verbs_device(o)))
+        throw gvcli::UsageError("--bind " + o.bind + ": the listening address of a --server on a verbs --device "
+                                "such as rxe0 (other servers listen on 127.0.0.1: the software device reaches "
+                                "processes of this host only)");
 #if defined(__CUDACC__)
     const bool cpu_only = verbs_device(o);
 #else
     const bool cpu_only = true;  // no CUDA: CPU initiators on a CPU-only context, whatever the device
 #endif
     if (cpu_only) {
-        // The verbs backend (or, without CUDA, any device): CPU initiators on host memory.
-        if (o.mode != Mode::Loopback) {
+        // The verbs backend (or, without CUDA, any device): CPU initiators on host memory. Two
+        // processes: gv_write_lat only (perftest's ib_write_lat set-up); the bandwidth tests
+        // measure the same device in loopback.
+        if (o.mode != Mode::Loopback && !o.lat) {
 #if defined(__CUDACC__)
-            throw gvcli::UsageError("--device " + o.device + ": two-process runs use the software device "
-                                    "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
+            throw gvcli::UsageError("--device " + o.device + ": two-process bandwidth runs use the software device "
+                                    "(gv::SharedBuffer); on a verbs device only gv_write_lat runs in two processes: "
+                                    "run the loopback form (no HOST, no --server)");
 #else
-            throw NotSupported("two-process mode (--server, HOST) needs a CUDA GPU: this build has no CUDA "
-                               "(run the loopback form: no HOST, no --server)");
+            throw NotSupported("two-process bandwidth runs need a CUDA GPU: this build has no CUDA (only "
+                               "gv_write_lat runs in two processes on CPU threads; run the loopback form: no HOST, "
+                               "no --server)");
 #endif
         }
         if (o.gpu_init && o.given.count("initiator"))
@@ -355,8 +375,13 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
                                     (verbs_device(o) ? "the verbs backend" : "this build has no CUDA") + ")");
         o.gpu_init = false;
         o.host_mem = true;
+        if (o.mode == Mode::Server) return cpu_run_server(o, prog);
+        if (o.mode == Mode::Client) return cpu_run_client(o);
         return run_cpu(o);
     }
+    if (o.given.count("inline"))
+        throw gvcli::UsageError("--inline-size: CPU initiators only (a verbs --device such as rxe0, or a build "
+                                "without CUDA); kernels post from their buffers");
 #if defined(__CUDACC__)
     if (o.mode == Mode::Loopback) {
         if (!o.gpu_init && (op_index(o.op) == 2 || o.lat))
@@ -374,7 +399,6 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
     check_two_process(prog, o);
     return o.mode == Mode::Server ? run_server(o, prog) : run_client(o);
 #else
-    (void)prog;
     return 1;  // not reached: without CUDA every run is cpu_only
 #endif
 }

@@ -205,8 +205,13 @@ struct LatClock {
 
 /// write_lat: side 0 stamps and writes i, waits for the answer i; side 1 waits for i and
 /// answers with i. Every 64th WRITE is signaled and waited for (the send queue drains).
-void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, unsigned long long* stamps,
-                  Failure* fail, const std::atomic<bool>* stop) {
+/// Messages of up to `inline_max` bytes are posted inline (dev::write_inline: the payload in
+/// the WQE, IBV_SEND_INLINE on a verbs device), as perftest's -I. `abort` is asked, once a
+/// wait has been long, whether to give up (the other side failed, or the peer process went
+/// away); it costs nothing on the fast path.
+template <class Abort>
+void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uint32_t inline_max,
+                  unsigned long long* stamps, Failure* fail, const Abort& abort) {
     uint64_t* mine = reinterpret_cast<uint64_t*>(me.src + 4096) + (size / 8 - 1);  // where the peer's writes land
     uint64_t* out = reinterpret_cast<uint64_t*>(me.src);
     // The clock is read only once a wait is long (1024 turns): a read is not free (see LatClock).
@@ -217,7 +222,7 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uns
             if ((spins & 1023) != 1023) continue;
             const uint64_t now = atom::now_ns();
             if (!t0) t0 = now;
-            if (stop->load(std::memory_order_relaxed) || now - t0 > 5'000'000'000ull) {
+            if (abort() || now - t0 > 5'000'000'000ull) {
                 record_failure(fail, step, uint32_t(side), me.qp.q.qpn, i - 1, Status::Timeout);
                 return false;
             }
@@ -229,7 +234,9 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uns
         if (side == 0) stamps[i - 1] = LatClock::ticks();
         out[size / 8 - 1] = i;
         const uint32_t fl = (i % 64) == 0 ? kSignaled : 0;
-        const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey, fl);
+        const Status ws = size <= inline_max
+                              ? dev::write_inline(me.qp, out, size, uint64_t(me.dst + 4096), me.rkey, fl)
+                              : dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey, fl);
         const Status cs = ws == Status::Ok ? dev::commit(me.qp) : ws;
         if (cs != Status::Ok) {
             record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, uint32_t(side), me.qp.q.qpn, i - 1, cs);
@@ -272,33 +279,55 @@ ContextOptions cpu_context_for(const Opts& o) {
     return c;
 }
 
+/// WQEs a CPU run's send queue holds: kCpuLists post lists in flight.
+uint32_t cpu_depth(const Opts& o) { return std::max<uint32_t>(o.threads * kCpuLists, 64); }
+
+/// One QP of a CPU run with a CQ of its own (send and receive completions) in host memory;
+/// room for inline WRITEs of --inline-size bytes.
+void add_cpu_qp(const Context& ctx, const ProtectionDomain& pd, const Opts& o,
+                std::vector<std::unique_ptr<CompletionQueue>>& cqs, std::vector<std::unique_ptr<QueuePair>>& qps) {
+    const uint32_t depth = cpu_depth(o);
+    cqs.push_back(
+        std::make_unique<CompletionQueue>(ctx, CqOptions{std::max<uint32_t>(2048, 2 * depth), MemoryKind::Host}));
+    QpOptions qo;
+    qo.send_cq = qo.recv_cq = cqs.back().get();
+    qo.sq_depth = depth;
+    qo.rq_depth = op_index(o.op) == 2 ? depth : 64;
+    qo.max_inline = std::max<uint32_t>(qo.max_inline, uint32_t(std::max(o.inline_size, 0)));
+    qo.memory = MemoryKind::Host;
+    qps.push_back(std::make_unique<QueuePair>(pd, qo));
+}
+
+/// Connects a CPU run's QP to its peer. On a verbs device, as many RDMA READs and atomics in
+/// flight as the device takes (the control layer lowers 255 to its max_qp_rd_atom /
+/// max_qp_init_rd_atom), as perftest asks; the software device takes 0..16.
+void cpu_connect(QueuePair& qp, const QpEndpoint& peer, const Opts& o) {
+    RtrAttr rtr;
+    RtsAttr rts;
+    if (verbs_device(o)) rtr.max_dest_rd_atomic = rts.max_rd_atomic = 255;
+    qp.connect(peer, {}, rtr, rts);
+}
+
+/// How the latency test posts, for its header: inline (as perftest's -I) or not.
+std::string inline_note(const Opts& o) {
+    if (o.inline_size <= 0) return ", WRITEs not inline (-I 0)";
+    return ", WRITEs of up to " + std::to_string(o.inline_size) + " B inline (-I " +
+           std::to_string(o.inline_size) + ")";
+}
+
 int run_cpu(Opts& o) {
     const int op = op_index(o.op);
     Context ctx(cpu_context_for(o));
     std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
     const uint32_t nq = o.lat ? 1 : o.qps;
-    const uint32_t depth = std::max<uint32_t>(o.threads * kCpuLists, 64);
+    const uint32_t depth = cpu_depth(o);
     std::vector<std::unique_ptr<CompletionQueue>> cqs;
     std::vector<std::unique_ptr<QueuePair>> qps;
-    for (uint32_t q = 0; q < 2 * nq; ++q) {
-        cqs.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{std::max<uint32_t>(2048, 2 * depth), MemoryKind::Host}));
-        QpOptions qo;
-        qo.send_cq = qo.recv_cq = cqs.back().get();
-        qo.sq_depth = depth;
-        qo.rq_depth = op == 2 ? depth : 64;
-        qo.memory = MemoryKind::Host;
-        qps.push_back(std::make_unique<QueuePair>(pd, qo));
-    }
-    // On a verbs device, as many RDMA READs and atomics in flight as the device takes (the
-    // control layer lowers 255 to its max_qp_rd_atom / max_qp_init_rd_atom), as perftest asks;
-    // the software device takes 0..16.
-    RtrAttr rtr;
-    RtsAttr rts;
-    if (verbs_device(o)) rtr.max_dest_rd_atomic = rts.max_rd_atomic = 255;
+    for (uint32_t q = 0; q < 2 * nq; ++q) add_cpu_qp(ctx, pd, o, cqs, qps);
     for (uint32_t q = 0; q < nq; ++q) {
-        qps[2 * q]->connect(qps[2 * q + 1]->endpoint(), {}, rtr, rts);
-        qps[2 * q + 1]->connect(qps[2 * q]->endpoint(), {}, rtr, rts);
+        cpu_connect(*qps[2 * q], qps[2 * q + 1]->endpoint(), o);
+        cpu_connect(*qps[2 * q + 1], qps[2 * q]->endpoint(), o);
     }
     const uint64_t slice = std::max<uint64_t>(slice_bytes(o), 8192);
     const uint64_t total = slice * nq;
@@ -315,7 +344,7 @@ int run_cpu(Opts& o) {
     std::atomic<bool> stop{false};
 
     if (o.lat) {
-        print_lat_header(o, "CPU", where);
+        print_lat_header(o, "CPU", where + ", one process" + inline_note(o));
         std::vector<unsigned long long> st(o.iters);
         for (uint32_t size : o.sizes) {
             size = std::max<uint32_t>(8, size & ~7u);
@@ -326,8 +355,10 @@ int run_cpu(Opts& o) {
             const CpuJob b{qps[1]->device_handle(), {}, dst, src, md.lkey(), ms.rkey(), 0, slice};
             Failure f{};
             const LatClock clock;
-            std::thread resp(cpu_lat_side, std::cref(b), 1, size, o.iters, nullptr, &f, &stop);
-            cpu_lat_side(a, 0, size, o.iters, st.data(), &f, &stop);
+            const uint32_t inl = uint32_t(std::max(o.inline_size, 0));
+            auto stopped = [&stop] { return stop.load(std::memory_order_relaxed); };
+            std::thread resp([&] { cpu_lat_side(b, 1, size, o.iters, inl, nullptr, &f, stopped); });
+            cpu_lat_side(a, 0, size, o.iters, inl, st.data(), &f, stopped);
             if (f.count) stop = true;
             resp.join();
             const double ns = clock.ns_per_tick();

@@ -31,6 +31,8 @@ struct Opts {
     int proxy_idle_us = -1;  // --proxy-idle-sleep-us: the verbs proxy's idle sleep bound (-1: 0 for
                              // latency with --proxy-only; the library's default otherwise)
     bool proxy_only = false;  // --proxy-only: VerbsOptions::cpu_posts_inline off
+    int inline_size = -1;     // -I: latency with CPU initiators, messages up to it posted inline (-1: 0)
+    std::string bind;         // --bind: a verbs two-process server's listening address ("": 127.0.0.1)
     uint32_t reps = 3;
     double duration = 0;  // -D: seconds per measurement (iterations scaled to fill it)
     int gpu = 0;          // --gpu: this process's GPU (its context, its buffers, its kernels)
@@ -47,7 +49,7 @@ std::string usage(const std::string& me) {
         "perftest's experiment with the work requests posted by CUDA kernels (or CPU threads),\n"
         "executed by the software RDMA device, a ConnectX (mlx5 backend) or any RDMA device through\n"
         "the verbs backend's proxy (CPU threads post). GPU initiators need CUDA; a build without\n"
-        "CUDA runs CPU initiators on a CPU-only context (loopback only).\n"
+        "CUDA runs CPU initiators on a CPU-only context. CPU initiators in two processes: gv_write_lat.\n"
         "  -s, --size BYTES      message size, 1 .. 8388608 (default 65536; 8 for latency)\n"
         "  -a, --all             all sizes 2 B .. 8 MiB\n"
         "  -n, --iters N         WQEs per QP (bandwidth) or round trips (latency), 1 .. 1e8 (default 1000)\n"
@@ -62,11 +64,16 @@ std::string usage(const std::string& me) {
         "  -d, --device NAME     soft (the software device, default), a ConnectX such as mlx5_0 (the\n"
         "                        mlx5 backend: loopback between two QPs of that NIC), or any other\n"
         "                        RDMA device such as rxe0: the verbs backend, CPU initiators, host\n"
-        "                        memory, loopback (without CUDA every NAME but soft goes there)\n"
+        "                        memory; loopback, or two processes for gv_write_lat (without CUDA\n"
+        "                        every NAME but soft goes there)\n"
         "  -x, --gid-index N     the verbs backend's GID index (default: RoCE v2 over IPv4 first)\n"
         "      --proxy-idle-sleep-us N  the verbs backend's proxy: longest idle sleep, 0 .. 100000 us\n"
         "                        (0: busy-poll; default: the library's, or 0 for latency with\n"
         "                        --proxy-only)\n"
+        "  -I, --inline-size N   latency with CPU initiators: messages of up to N bytes posted inline\n"
+        "                        (the payload in the WQE; IBV_SEND_INLINE on a verbs device), as\n"
+        "                        perftest's -I; 0 .. 912 (default 0: from the registered buffer, which\n"
+        "                        is what perftest does on devices it does not know, rxe among them)\n"
         "      --proxy-only      the verbs backend: only its proxy threads post and poll (by default\n"
         "                        the initiator threads do it themselves when the proxy is not on the\n"
         "                        QP: VerbsOptions::cpu_posts_inline)\n"
@@ -82,9 +89,13 @@ std::string usage(const std::string& me) {
         "      --report_gbits    report Gb/s instead of GB/s\n"
         "      --json            one JSON object per size\n"
         "      --server          wait for a client; it sends the options to use. Serves one client,\n"
-        "                        then exits; listens on 127.0.0.1 only (the software device reaches\n"
+        "                        then exits; listens on 127.0.0.1 (the software device reaches\n"
         "                        processes of this host only); rejects, with the reason, clients that\n"
-        "                        close, stay silent for 10 s, send garbage or ask for what it cannot run\n"
+        "                        close, stay silent for 10 s, send garbage or ask for what it cannot run.\n"
+        "                        GPU initiators: every test; CPU initiators (a verbs --device such as\n"
+        "                        rxe0, or a build without CUDA): gv_write_lat\n"
+        "      --bind ADDR       a --server on a verbs device: listen on ADDR instead (its peers may be\n"
+        "                        on other hosts)\n"
         "      --client HOST     run against the server on HOST (same as a bare HOST: 127.0.0.1)\n"
         "      --port N          TCP port of the exchange (default %u; --server --port 0: a free one)\n"
         "      --timeout SECS    limit of connecting, of the server's whole wait for a client, and of\n"
@@ -94,8 +105,9 @@ std::string usage(const std::string& me) {
         "request, ...), 2 bad usage.\n",
         m, m, m, unsigned(oob::kDefaultPort))
 #if !defined(__CUDACC__)
-        + "This build has no CUDA: CPU initiators on a CPU-only context, loopback only (--device soft:\n"
-          "the software device on CPU threads, the default; any other NAME: the verbs backend).\n"
+        + "This build has no CUDA: CPU initiators on a CPU-only context (--device soft: the software\n"
+          "device on CPU threads, the default; any other NAME: the verbs backend); in two processes\n"
+          "gv_write_lat only.\n"
 #endif
         ;
 }
@@ -203,9 +215,9 @@ void print_lat_row(const Opts& o, uint32_t size, const std::vector<unsigned long
         std::printf(
             "{\"bench\":\"%s_lat\",\"mode\":\"%s\",\"gpu\":%d,\"peer_gpu\":%d,\"bytes\":%u,\"iterations\":%zu,"
             "\"t_min\":%.3f,\"t_max\":%.3f,\"t_typical\":%.3f,\"t_avg\":%.3f,\"t_stdev\":%.3f,\"p99\":%.3f,"
-            "\"p999\":%.3f%s}\n",
+            "\"p999\":%.3f,\"inline_size\":%d%s}\n",
             o.op.c_str(), mode_name(o), o.gpu, o.peer_gpu, size, us.size(), us.front(), us.back(), pct(0.5), avg,
-            sd, pct(0.99), pct(0.999), ceiling_field(o).c_str());
+            sd, pct(0.99), pct(0.999), std::max(o.inline_size, 0), ceiling_field(o).c_str());
     else
         std::printf("%10u %12zu %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", size, us.size(),
                     us.front(), us.back(), pct(0.5), avg, sd, pct(0.99), pct(0.999));

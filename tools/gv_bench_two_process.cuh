@@ -8,7 +8,6 @@ namespace {
 
 // ---- two processes: a client that measures, a server that provides the targets ----------------
 
-using gvbench::Ctl;
 using Clock = std::chrono::steady_clock;
 
 // Longest a side's kernel may still run once the measurement is over or has failed; its
@@ -155,79 +154,6 @@ void check_run(const Opts& o, gvbench::Peer& peer, Side& s, uint32_t size, uint3
     if (f.count) throw Error(mine);
 }
 
-gvbench::Params params_of(const Opts& o) {
-    gvbench::Params p;
-    p.lat = o.lat;
-    p.op = uint8_t(op_index(o.op));
-    p.host_mem = o.host_mem;
-    p.gpu_init = o.gpu_init;
-    p.iters = o.iters;
-    p.qps = o.qps;
-    p.threads = o.threads;
-    p.reps = o.reps;
-    p.duration_us = uint32_t(std::llround(o.duration * 1e6));
-    p.sizes = o.sizes;
-    p.boot_id = gvbench::boot_id();
-    return p;
-}
-
-std::string test_name(bool lat, const std::string& op) { return op + (lat ? "_lat" : "_bw"); }
-
-std::string size_list(const std::vector<uint32_t>& v) {
-    std::string s;
-    for (uint32_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-    return s;
-}
-
-// Why this server cannot run what the client asks ("" when it can): another test than this
-// binary's (or than --op / --lat here), an option given here with another value than the
-// client's, another host, or what two-process mode does not do.
-std::string refusal(const Opts& s, const gvbench::Params& c) {
-    const std::string theirs = test_name(c.lat, kOps[c.op]), ours = test_name(s.lat, s.op);
-    if (theirs != ours)
-        return "the client runs " + theirs + ", this server " + ours + ": start the server as gv_" + theirs +
-               " --server";
-    const std::string here = gvbench::boot_id();
-    if (here.empty() || c.boot_id != here)
-        return "the client runs on another host (boot id '" + c.boot_id + "', here '" + here +
-               "'): the software device connects processes of one host only";
-    if (c.host_mem) return "--mem host: two-process buffers are GPU memory (gv::SharedBuffer)";
-    if (!c.gpu_init) return "--initiator cpu: two-process mode is GPU-initiated only";
-    struct Check {
-        const char* key;
-        const char* opt;
-        std::string here, there;
-    };
-    const Check checks[] = {
-        {"size", "--size/--all", size_list(s.sizes), size_list(c.sizes)},
-        {"iters", "--iters", std::to_string(s.iters), std::to_string(c.iters)},
-        {"qps", "--qps", std::to_string(s.qps), std::to_string(c.qps)},
-        {"threads", "--threads", std::to_string(s.threads), std::to_string(c.threads)},
-        {"reps", "--reps", std::to_string(s.reps), std::to_string(c.reps)},
-        {"duration", "--duration", std::to_string(std::llround(s.duration * 1e6)),
-         std::to_string(c.duration_us)},
-    };
-    for (const Check& k : checks)
-        if (s.given.count(k.key) && k.here != k.there)
-            return std::string(k.opt) + " is " + k.here + " here, " + k.there + " on the client" +
-                   (std::string(k.key) == "duration" ? " (in us)" : "");
-    return "";
-}
-
-// The server runs what the client asked for.
-void adopt(Opts& o, const gvbench::Params& c) {
-    o.lat = c.lat;
-    o.op = kOps[c.op];
-    o.host_mem = c.host_mem;
-    o.gpu_init = c.gpu_init;
-    o.iters = c.iters;
-    o.qps = c.qps;
-    o.threads = c.threads;
-    o.reps = c.reps;
-    o.duration = c.duration_us / 1e6;
-    o.sizes = c.sizes;
-}
-
 void client_bw(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& target, uint32_t nq, uint64_t slice,
                const std::string& where) {
     const int op = op_index(o.op);
@@ -336,32 +262,9 @@ int run_client(Opts& o) {
     }
 }
 
-// Longest a new client may take to send its parameters (it sends them right after connecting).
-constexpr int kHandshakeMs = 10000;
-
 int run_server(Opts& o, const std::string& prog) {
-    oob::Listener lis = oob::Channel::listen(o.port);
-    std::printf("# %s: serving one client, then exiting; waiting up to %d s for a client on %s:%u\n", prog.c_str(),
-                o.timeout_ms / 1000, lis.address().c_str(), unsigned(lis.port()));
-    std::fflush(stdout);
-    // Until a client's parameters are taken, a bad client (one that closes, stays silent, sends
-    // garbage, or asks for what this server cannot run) is told why, rejected, and the wait goes
-    // on, up to --timeout in all.
     gvbench::Params c;
-    auto handshake = [&](oob::Channel& ch, int budget_ms) {
-        c = gvbench::Params::parse(ch.recv_message(budget_ms));
-        const std::string why = refusal(o, c);
-        if (why.empty()) return;
-        gvbench::Peer{ch, "client", budget_ms}.fail("refused: " + why);
-        throw RemoteError("refused: " + why);
-    };
-    auto rejected = [&](const std::string& peer, const std::string& why) {
-        std::fprintf(stderr, "%s: rejected the client at %s: %s; still listening\n", prog.c_str(), peer.c_str(),
-                     why.c_str());
-        std::fflush(stderr);
-    };
-    oob::Channel ch = lis.accept_client(o.timeout_ms, std::min(o.timeout_ms, kHandshakeMs), handshake, rejected);
-    lis.close();
+    oob::Channel ch = serve_one_client(o, prog, "127.0.0.1", c);
     gvbench::Peer peer{ch, "client", o.timeout_ms};
     Side s;
     try {

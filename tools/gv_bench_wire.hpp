@@ -32,22 +32,26 @@
 
 namespace gvbench {
 
-constexpr uint16_t kWireVersion = 1;
+/// Version 2: Params carries the inline size (in what were reserved bytes).
+constexpr uint16_t kWireVersion = 2;
 constexpr uint32_t kParamsMagic = 0x50425647;  ///< bytes "GVBP"
 constexpr uint32_t kCtlMagic = 0x43425647;     ///< bytes "GVBC"
 constexpr size_t kFrameHeader = 12;
 constexpr uint32_t kMaxSizes = 64;   ///< message sizes one Params carries (-a gives 23)
 constexpr uint32_t kMaxText = 1024;  ///< bytes of an Error's text
 constexpr uint32_t kMaxBootId = 64;
+constexpr uint32_t kMaxInline = 912;  ///< bytes of an inline WRITE's payload (perftest's bound)
 
 /// What the client asks the server to run. Payload, 32 + 4 * sizes + boot id length bytes:
 ///   u8 lat (0, 1), u8 op (0 write, 1 read, 2 send), u8 host_mem (0, 1), u8 gpu_init (0, 1),
 ///   u32 iters (1..1e8), u32 qps (1..4096), u32 threads (1..1024), u32 reps (1..100),
 ///   u32 duration in us (0..3.6e9), u32 size count (1..kMaxSizes),
-///   u8 boot id length (0..kMaxBootId), u8 zero[3], u32 sizes[count] (each 1..8 MiB),
-///   boot id bytes (printable ASCII; the client's /proc/sys/kernel/random/boot_id).
+///   u8 boot id length (0..kMaxBootId), u8 zero, u16 inline size (0..kMaxInline: messages up
+///   to it are posted inline by both sides; CPU initiators only), u32 sizes[count] (each
+///   1..8 MiB), boot id bytes (printable ASCII; the client's /proc/sys/kernel/random/boot_id).
 struct Params {
     uint8_t lat = 0, op = 0, host_mem = 0, gpu_init = 1;
+    uint16_t inline_size = 0;
     uint32_t iters = 0, qps = 0, threads = 0, reps = 0, duration_us = 0;
     std::vector<uint32_t> sizes;
     std::string boot_id;
@@ -163,8 +167,10 @@ inline std::vector<uint8_t> Params::serialize() const {
     std::vector<uint8_t> b = begin(kParamsMagic);
     for (uint8_t v : {lat, op, host_mem, gpu_init}) b.push_back(v);
     for (uint32_t v : {iters, qps, threads, reps, duration_us, uint32_t(sizes.size())}) put32(b, v);
+    GV_REQUIRE(inline_size <= kMaxInline, "gv_bench params: inline size above " + std::to_string(kMaxInline));
     b.push_back(uint8_t(boot_id.size()));
-    b.insert(b.end(), 3, 0);
+    b.push_back(0);
+    put16(b, inline_size);
     for (uint32_t s : sizes) put32(b, s);
     b.insert(b.end(), boot_id.begin(), boot_id.end());
     return finish(std::move(b));
@@ -188,6 +194,7 @@ inline Params Params::parse(const std::vector<uint8_t>& m) {
     r.duration_us = get(p + 20, 4);
     uint32_t count = get(p + 24, 4);
     uint32_t idlen = p[28];
+    r.inline_size = uint16_t(get(p + 30, 2));
     auto range = [&](const char* field, uint64_t v, uint64_t lo, uint64_t hi) {
         if (v < lo || v > hi)
             bad(what, std::string(field) + " " + std::to_string(v) + " outside " + std::to_string(lo) + ".." +
@@ -204,7 +211,8 @@ inline Params Params::parse(const std::vector<uint8_t>& m) {
     range("duration_us", r.duration_us, 0, 3600000000ull);
     range("size count", count, 1, kMaxSizes);
     range("boot id length", idlen, 0, kMaxBootId);
-    if (p[29] || p[30] || p[31]) bad(what, "nonzero reserved bytes");
+    range("inline size", r.inline_size, 0, kMaxInline);
+    if (p[29]) bad(what, "nonzero reserved byte");
     if (n != 32 + 4ull * count + idlen)
         bad(what, "payload of " + std::to_string(n) + " bytes, " + std::to_string(32 + 4ull * count + idlen) +
                       " expected for " + std::to_string(count) + " sizes");
