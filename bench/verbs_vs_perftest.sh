@@ -83,15 +83,15 @@ perftest() {
 }
 
 # ours [2p] TOOL ARGS...: one run, prints its value (column 5). 2p: in two processes as
-# perftest runs, a server (--server, no ARGS: the client sends them) in the background and
-# the client against 127.0.0.1; both must exit 0.
+# perftest runs, a server (--server ARGS: what the client sends must agree) in the background
+# and the client against 127.0.0.1; both must exit 0.
 ours() {
     local two=0 src=0
     [ "$1" = 2p ] && { two=1; shift; }
     local t=$1
     shift
     if [ $two = 1 ]; then
-        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" --server > "$OUT/srv.out" 2>&1 &
+        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" --server "$@" > "$OUT/srv.out" 2>&1 &
         local sp=$! w
         for w in $(seq 100); do grep -q "waiting up to" "$OUT/srv.out" 2>/dev/null && break; sleep 0.05; done
         timeout 110 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" "$@" 127.0.0.1 > "$OUT/ours.out" 2>&1
