@@ -307,6 +307,10 @@ void synchronize() {}
 void* stream() { return nullptr; }
 DoorbellFn soft_doorbell_fn() { return nullptr; }
 DoorbellFn soft_doorbell_at_fn() { return nullptr; }
+Board* board_open(int) { return nullptr; }
+void board_close(Board*) noexcept {}
+int board_attach(Board*, void*) { return -1; }
+void board_detach(Board*, int) {}
 void load_executor(int) { no_cuda(); }
 int executor_loaded(int) { return -1; }
 

@@ -119,14 +119,29 @@ void vmm_import(int gpu, uint32_t pid, int fd, uint64_t base, uint64_t size);
 void vmm_set_access(uint64_t base, uint64_t size, const std::vector<int>& gpus, const std::string& what);
 
 /// Launches the software device's executor for a QP (src/soft/soft_doorbell.cu) on the
-/// calling thread's current device; arg: the QP's soft::QpContext.
+/// calling thread's current device, one kernel per call; arg: the QP's soft::QpContext.
 using DoorbellFn = void (*)(void* qp_context, dev::HostDoorbell what);
 DoorbellFn soft_doorbell_fn();
+/// A GPU's doorbell board (src/soft/board.hpp): CPU doorbells batched into one executor
+/// kernel at a time for every QP rung, instead of a launch per doorbell.
+struct Board;
+/// The board of software device on `gpu`; null when GV_DOORBELL_BOARD_SLOTS=0 (or no CUDA).
+Board* board_open(int gpu);
+/// Waits for the board's kernels, then frees it.
+void board_close(Board* b) noexcept;
+/// Gives a QP (its soft::QpContext) a slot; -1 when the board is full or null (the QP's
+/// doorbells then launch a kernel each).
+int board_attach(Board* b, void* qp_context);
+/// Frees the slot; when it returns, no kernel of the board touches the QP any more.
+void board_detach(Board* b, int slot);
+
 /// Where a QP's executor runs when CPU threads ring it: on its device's GPU, whatever the
 /// calling thread's current device is (two GPUs in one process).
 struct SoftDoorbellTarget {
-    void* qp_context;  ///< the QP's soft::QpContext
-    int gpu;           ///< the device's GPU
+    void* qp_context;      ///< the QP's soft::QpContext
+    int gpu;               ///< the device's GPU
+    Board* board = nullptr;  ///< the device's board, if the QP has a slot on it
+    int slot = -1;
 };
 /// The same launch on target->gpu; arg: a SoftDoorbellTarget that lives as long as the QP.
 DoorbellFn soft_doorbell_at_fn();

@@ -61,6 +61,8 @@ public:
         // Now, not at the first CPU commit, which might stall behind a running kernel that
         // waits for that commit's work (cuda::load_executor says why).
         if (gpu >= 0) cuda::load_executor(gpu);
+        // CPU threads' doorbells on this device's QPs (src/soft/board.hpp).
+        if (gpu >= 0) board_ = cuda::board_open(gpu);
         // The device keeps its state in one shared arena, so that peer processes can map it
         // at the same address and follow its pointers (docs/cross-process.md). A GPU
         // device without one (no VMM support, GV_GPU_ARENA_MB=0) still works in-process.
@@ -90,7 +92,13 @@ public:
         std::random_device rd;
         next_qpn_ = 0x100 + (rd() & 0xff00);
     }
-    ~SoftDevice() { release(mr_mem_); }
+    ~SoftDevice() {
+        cuda::board_close(board_);
+        release(mr_mem_);
+    }
+    /// The board that batches CPU threads' doorbells into executor kernels; null on a CPU
+    /// device or when turned off (GV_DOORBELL_BOARD_SLOTS=0).
+    cuda::Board* board() const { return board_; }
 
     static std::shared_ptr<SoftDevice> get(int gpu, size_t arena_bytes) {
         std::lock_guard<std::mutex> lock(registry_mutex());
@@ -401,6 +409,7 @@ private:
     std::unique_ptr<Arena> arena_;  // declared before every Mem it backs
     std::string arena_error_;
     Mem mr_mem_;
+    cuda::Board* board_ = nullptr;
     std::vector<soft::MrEntry> mr_shadow_;
     std::vector<uint8_t> mr_tag_;
     std::vector<uint32_t> mr_free_;

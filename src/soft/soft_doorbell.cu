@@ -1,43 +1,157 @@
 // Executor launches for work that CPU threads commit to a software device executing on a
-// GPU: CPU threads cannot run its executor (its state is GPU memory), so each doorbell
-// becomes a one-block kernel on the library's stream.
+// GPU: CPU threads cannot run its executor (its state is GPU memory). Their doorbells go on
+// the device's board (board.hpp), whose kernel serves every QP rung since it last looked;
+// a QP without a slot (the board full or turned off) gets a one-block kernel per doorbell.
+// Both run on the library's stream.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/cuda_rt.hpp"
 #include "gpuverbs/errors.hpp"
 #include "gpuverbs/detail/soft/exec.cuh"
+#include "soft/board.hpp"
 
 namespace gv::detail {
 
 namespace {
-__global__ void soft_doorbell_kernel(soft::QpContext* q, dev::HostDoorbell what) {
-    BlockGroup g;
-    if (what == dev::HostDoorbell::Drive) {
-        // What a waiting kernel's drive() does (detail/soft/doorbell.cuh), for a CPU waiter.
+/// What a QP's doorbells since the last look ask for (one bit per kind).
+enum RungBits : uint32_t {
+    kRungSend = 1u << 16,   ///< SendQueue (Flush sets both)
+    kRungRecv = 1u << 17,   ///< RecvQueue
+    kRungDrive = 1u << 18,  ///< Drive
+    kRungSlot = 0xffffu,    ///< the slot, in a board kernel's list
+};
+
+uint32_t rung_bits(dev::HostDoorbell what) {
+    switch (what) {
+        case dev::HostDoorbell::SendQueue: return kRungSend;
+        case dev::HostDoorbell::RecvQueue: return kRungRecv;
+        case dev::HostDoorbell::Flush: return kRungSend | kRungRecv;
+        case dev::HostDoorbell::Drive: return kRungDrive;
+    }
+    return kRungSend | kRungRecv;
+}
+
+/// Serves one QP's doorbells (`rung`: RungBits) with the whole block: a send doorbell runs
+/// the send queue; a receive flushes it in ERROR and retries a sender of this process that
+/// waits for it under the RNR rules; a drive does what a waiting kernel's drive() does
+/// (detail/soft/doorbell.cuh), for a CPU waiter. Uniform across the block.
+__device__ void serve(soft::QpContext* q, uint32_t rung, const BlockGroup& g) {
+    uint32_t run = rung & kRungSend;
+    if (!run && (rung & kRungDrive)) {
         uint32_t need = 0;
         if (g.leader()) need = soft::needs_progress(q) ? 1 : 0;
-        if (!g.bcast(need)) return;
-        soft::progress(q, g);
-        if (g.leader() && soft::load_state(q, soft::state_scope(q) != soft::kScopeGpu) == QpState::Error)
-            soft::flush_rq(q);
-        return;
+        run = g.bcast(need);
     }
-    if (what != dev::HostDoorbell::RecvQueue) soft::progress(q, g);
-    if (what != dev::HostDoorbell::SendQueue) {
-        // A new receive (or ERROR): flush in ERROR, and let a sender waiting under the RNR
-        // rules go on.
-        const bool sys = soft::state_scope(q) != soft::kScopeGpu;  // a peer on the other GPU (xgpu)
-        if (g.leader() && soft::load_state(q, sys) == QpState::Error) soft::flush_rq(q);
-        soft::QpContext* peer = q->remote;
-        uint32_t waiting = 0;
-        // Only a peer of this process: another process's executor runs its own QPs.
-        if (g.leader() && peer && soft::peer_in_process(q)) waiting = atom::load_acquire(&peer->rnr_waiting, sys);
-        if (g.bcast(waiting)) soft::progress(peer, g);
+    if (run) soft::progress(q, g);
+    if (!(rung & kRungRecv) && !((rung & kRungDrive) && run)) return;
+    const bool sys = soft::state_scope(q) != soft::kScopeGpu;  // a peer on the other GPU (xgpu)
+    if (g.leader() && soft::load_state(q, sys) == QpState::Error) soft::flush_rq(q);
+    if (!(rung & kRungRecv)) return;
+    soft::QpContext* peer = q->remote;
+    uint32_t waiting = 0;
+    // Only a peer of this process: another process's executor runs its own QPs.
+    if (g.leader() && peer && soft::peer_in_process(q)) waiting = atom::load_acquire(&peer->rnr_waiting, sys);
+    if (g.bcast(waiting)) soft::progress(peer, g);
+}
+
+/// One doorbell, one launch: for a QP without a board slot.
+__global__ void soft_doorbell_kernel(soft::QpContext* q, uint32_t rung) {
+    BlockGroup g;
+    serve(q, rung, g);
+}
+
+// ---- the board's kernel -------------------------------------------------------------
+
+/// Looks once at the slots first, first + stride, ... below the board's count; serves each
+/// whose counters moved since it was last served (its `seen` is updated before serving, so
+/// a doorbell that comes during the service is found by the next sweep). Returns whether
+/// it found any. Every thread of the block calls it.
+__device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t first, uint32_t stride,
+                      const BlockGroup& g) {
+    __shared__ uint32_t list[soft::kBoardThreads];
+    __shared__ uint32_t n, used;
+    bool any = false;
+    for (uint32_t base = first;; base += stride * soft::kBoardThreads) {
+        if (g.leader()) n = 0;
+        g.sync();
+        const uint32_t i = base + threadIdx.x * stride;
+        // The count and the counters are loaded together (one PCIe round trip, not two): a
+        // slot at or past the count is not used, and the board's memory has every slot.
+        const uint32_t count = atom::load_relaxed(&h->count, true);
+        soft::Bell b;
+        asm volatile("ld.relaxed.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(b.send), "=r"(b.recv), "=r"(b.drive), "=r"(b.pad)
+                     : "l"(&h->bell[i < d->slots ? i : 0])
+                     : "memory");
+        if (i < count) {
+            soft::BoardSlot& s = d->slot[i];
+            uint32_t rung = 0;
+            if (b.send != s.seen[0]) rung |= kRungSend;
+            if (b.recv != s.seen[1]) rung |= kRungRecv;
+            if (b.drive != s.seen[2]) rung |= kRungDrive;
+            if (rung && s.q) {
+                s.seen[0] = b.send;
+                s.seen[1] = b.recv;
+                s.seen[2] = b.drive;
+                list[atomicAdd(&n, 1u)] = i | rung;
+            }
+        }
+        // The counters were read before what the doorbells published (the queues' doorbell
+        // records, read by progress() with its own acquire), and this orders them.
+        atom::fence_acquire(true);
+        if (g.leader()) used = count;  // the loop's end, the same for every thread
+        g.sync();
+        const uint32_t found = n, count_now = used;
+        for (uint32_t k = 0; k < found; ++k) {
+            const uint32_t e = list[k];
+            serve(d->slot[e & kRungSlot].q, e & ~kRungSlot, g);
+        }
+        any |= found != 0;
+        if (base + stride * soft::kBoardThreads >= count_now) break;
     }
+    return any;
+}
+
+/// How long a board kernel keeps sweeping while it finds work (ns). Bounded, so that a CPU
+/// thread that never stops posting cannot keep one kernel running for ever (a
+/// cudaDeviceSynchronize elsewhere would wait for it): the next doorbell launches the next.
+constexpr uint64_t kBoardSweepBudgetNs = 200000;
+
+/// Kernel `gen` of the board: block b serves the slots b, b + nb, ... until a sweep of them
+/// finds nothing (or its time is up); the last block to get there says the kernel is done
+/// (finished = gen), then sweeps every slot once more (board.hpp says why that last sweep is
+/// enough).
+__global__ void __launch_bounds__(soft::kBoardThreads) board_kernel(soft::BoardHost* h, soft::BoardDev* d,
+                                                                      unsigned long long gen) {
+    BlockGroup g;
+    const uint64_t t0 = atom::now_ns();
+    while (sweep(h, d, blockIdx.x, gridDim.x, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
+    }
+    __shared__ uint32_t last;
+    if (g.leader()) {
+        __threadfence();  // this block's `seen` updates, before the others' last sweep
+        last = atomicAdd(&d->idle_blocks, 1u) == gridDim.x - 1 ? 1u : 0u;
+        __threadfence();
+    }
+    g.sync();
+    if (!last) return;
+    if (g.leader()) {
+        d->idle_blocks = 0;  // for the next kernel, which runs after this one (one stream)
+        atom::store_relaxed(&h->finished, gen, true);
+        atom::fence_seq_cst(true);  // the store, before the sweep's loads of the counters
+    }
+    g.sync();
+    sweep(h, d, 0, 1, g);
 }
 
 /// A CPU waiter's drive requests come once per turn of its wait loop; one launch per QP every
@@ -57,20 +171,187 @@ bool drive_due(void* q) {
     return true;
 }
 
-void soft_doorbell(void* q, dev::HostDoorbell what) {
-    if (what == dev::HostDoorbell::Drive && !drive_due(q)) return;
-    soft_doorbell_kernel<<<1, 256, 0, static_cast<cudaStream_t>(cuda::stream())>>>(
-        static_cast<soft::QpContext*>(q), what);
+void launch_one(void* q, uint32_t rung) {
+    soft_doorbell_kernel<<<1, soft::kBoardThreads, 0, static_cast<cudaStream_t>(cuda::stream())>>>(
+        static_cast<soft::QpContext*>(q), rung);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) throw_cuda("launch of the software device's executor", int(e), __FILE__, __LINE__);
 }
 
+void soft_doorbell(void* q, dev::HostDoorbell what) {
+    if (what == dev::HostDoorbell::Drive && !drive_due(q)) return;
+    launch_one(q, rung_bits(what));
+}
+
 /// The same on the QP's own GPU (the thread's current device is left as it was): with two
 /// GPUs in one process, a CPU thread whose current device is the other GPU must not launch
-/// the executor there.
+/// the executor there. A QP with a board slot rings it.
+void soft_doorbell_at(void* target, dev::HostDoorbell what);
+}  // namespace
+
+namespace cuda {
+
+/// A GPU's doorbell board (board.hpp): its memory, who may launch, and its free slots.
+struct Board {
+    int gpu = -1;
+    uint32_t slots = 0;
+    soft::BoardHost* host = nullptr;      ///< pinned, mapped
+    soft::BoardHost* host_gpu = nullptr;  ///< the same memory, as the GPU addresses it
+    soft::BoardDev* dev = nullptr;
+    /// Kernels launched; equal to host->finished when none is on its way. Changed under mu.
+    std::atomic<unsigned long long> launched{0};
+    std::mutex mu;  ///< launches, and the slots' allocation
+    std::vector<uint32_t> free_slots;
+    /// Per slot, when a CPU waiter's drive last rang it (drive_due's rate limit, per slot).
+    std::unique_ptr<std::atomic<uint64_t>[]> last_drive;
+
+    /// A doorbell on `slot` (see board.hpp for why a launch is needed only when `finished`
+    /// has caught up with `launched`).
+    void ring(uint32_t slot, dev::HostDoorbell what) {
+        soft::Bell& b = host->bell[slot];
+        switch (what) {
+            case dev::HostDoorbell::SendQueue: __atomic_fetch_add(&b.send, 1u, __ATOMIC_SEQ_CST); break;
+            case dev::HostDoorbell::RecvQueue: __atomic_fetch_add(&b.recv, 1u, __ATOMIC_SEQ_CST); break;
+            case dev::HostDoorbell::Flush:
+                __atomic_fetch_add(&b.recv, 1u, __ATOMIC_SEQ_CST);
+                __atomic_fetch_add(&b.send, 1u, __ATOMIC_SEQ_CST);
+                break;
+            case dev::HostDoorbell::Drive: {
+                const uint64_t now = atom::now_ns();
+                const uint64_t t = last_drive[slot].load(std::memory_order_relaxed);
+                if (t && now - t < kDriveIntervalNs) return;
+                last_drive[slot].store(now, std::memory_order_relaxed);
+                __atomic_fetch_add(&b.drive, 1u, __ATOMIC_SEQ_CST);
+                break;
+            }
+        }
+        // The counter's store, then this full fence, then the read of `finished`: the Dekker
+        // pair with the kernel's store of `finished`, fence, and last sweep.
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&host->finished, __ATOMIC_ACQUIRE) != launched.load(std::memory_order_acquire)) return;
+        std::lock_guard<std::mutex> lock(mu);
+        const unsigned long long gen = launched.load(std::memory_order_relaxed);
+        if (__atomic_load_n(&host->finished, __ATOMIC_ACQUIRE) != gen) return;  // another thread launched
+        launched.store(gen + 1, std::memory_order_release);
+        const uint32_t used = __atomic_load_n(&host->count, __ATOMIC_RELAXED);
+        const uint32_t blocks = used < soft::kBoardMaxBlocks ? (used ? used : 1) : soft::kBoardMaxBlocks;
+        board_kernel<<<blocks, soft::kBoardThreads, 0, static_cast<cudaStream_t>(stream())>>>(host_gpu, dev, gen + 1);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            launched.store(gen, std::memory_order_release);
+            throw_cuda("launch of the software device's executor (doorbell board)", int(e), __FILE__, __LINE__);
+        }
+    }
+};
+
+namespace {
+/// GV_DOORBELL_BOARD_SLOTS: how many QPs a GPU's board serves (default 1024; 0 turns the
+/// board off: one launch per doorbell, as for QPs beyond the board's slots).
+uint32_t board_slots_wanted() {
+    const char* e = std::getenv("GV_DOORBELL_BOARD_SLOTS");
+    if (!e || !*e) return soft::kBoardDefaultSlots;
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(e, &end, 10);
+    if (*end || v > 65535)
+        throw InvalidUsage(std::string("GV_DOORBELL_BOARD_SLOTS=") + e +
+                           ": expected a number of slots from 0 (no board) to 65535");
+    return uint32_t(v);
+}
+}  // namespace
+
+Board* board_open(int gpu) {
+    const uint32_t slots = board_slots_wanted();
+    if (slots == 0) return nullptr;
+    DeviceGuard guard(gpu);
+    auto b = std::make_unique<Board>();
+    b->gpu = gpu;
+    b->slots = slots;
+    const size_t host_bytes = sizeof(soft::BoardHost) + sizeof(soft::Bell) * (slots - 1);
+    const size_t dev_bytes = sizeof(soft::BoardDev) + sizeof(soft::BoardSlot) * (slots - 1);
+    void* hp = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&hp, host_bytes, cudaHostAllocMapped | cudaHostAllocPortable); e != cudaSuccess)
+        throw_cuda("allocating the doorbell board (pinned host memory)", int(e), __FILE__, __LINE__);
+    std::memset(hp, 0, host_bytes);
+    b->host = static_cast<soft::BoardHost*>(hp);
+    void* hg = nullptr;
+    if (cudaError_t e = cudaHostGetDevicePointer(&hg, hp, 0); e != cudaSuccess) {
+        cudaFreeHost(hp);
+        throw_cuda("mapping the doorbell board for the GPU", int(e), __FILE__, __LINE__);
+    }
+    b->host_gpu = static_cast<soft::BoardHost*>(hg);
+    void* dp = nullptr;
+    if (cudaError_t e = cudaMalloc(&dp, dev_bytes); e != cudaSuccess) {
+        cudaFreeHost(hp);
+        throw_cuda("allocating the doorbell board", int(e), __FILE__, __LINE__);
+    }
+    b->dev = static_cast<soft::BoardDev*>(dp);
+    std::vector<uint8_t> init(dev_bytes, 0);
+    reinterpret_cast<soft::BoardDev*>(init.data())->slots = slots;
+    try {
+        copy_to_device(dp, init.data(), dev_bytes);
+    } catch (...) {
+        cudaFree(dp);
+        cudaFreeHost(hp);
+        throw;
+    }
+    b->last_drive = std::make_unique<std::atomic<uint64_t>[]>(slots);
+    for (uint32_t i = 0; i < slots; ++i) b->last_drive[i].store(0);
+    b->free_slots.reserve(slots);
+    for (uint32_t i = slots; i-- > 0;) b->free_slots.push_back(i);  // lowest first
+    return b.release();
+}
+
+void board_close(Board* b) noexcept {
+    if (!b) return;
+    DeviceGuard guard(b->gpu);
+    // Its kernels run on the library's stream: done before the memory goes.
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream()));
+    cudaFree(b->dev);
+    cudaFreeHost(b->host);
+    delete b;
+}
+
+int board_attach(Board* b, void* qp_context) {
+    if (!b) return -1;
+    std::lock_guard<std::mutex> lock(b->mu);
+    if (b->free_slots.empty()) return -1;
+    const uint32_t i = b->free_slots.back();
+    soft::BoardSlot s{};
+    s.q = static_cast<soft::QpContext*>(qp_context);
+    const soft::Bell& bell = b->host->bell[i];
+    s.seen[0] = __atomic_load_n(&bell.send, __ATOMIC_RELAXED);
+    s.seen[1] = __atomic_load_n(&bell.recv, __ATOMIC_RELAXED);
+    s.seen[2] = __atomic_load_n(&bell.drive, __ATOMIC_RELAXED);
+    DeviceGuard guard(b->gpu);
+    // On the library's stream, so after any kernel of the board still running.
+    copy_to_device(&b->dev->slot[i], &s, sizeof s);
+    b->free_slots.pop_back();
+    b->last_drive[i].store(0);
+    if (i >= b->host->count) __atomic_store_n(&b->host->count, i + 1, __ATOMIC_RELEASE);
+    return int(i);
+}
+
+void board_detach(Board* b, int slot) {
+    if (!b || slot < 0) return;
+    std::lock_guard<std::mutex> lock(b->mu);
+    DeviceGuard guard(b->gpu);
+    soft::QpContext* none = nullptr;
+    // Stream-ordered after every kernel launched so far, and synchronous: when it returns, no
+    // kernel serves the QP any more, and later ones skip the slot.
+    copy_to_device(&b->dev->slot[slot].q, &none, sizeof none);
+    b->free_slots.push_back(uint32_t(slot));
+}
+
+}  // namespace cuda
+
+namespace {
 void soft_doorbell_at(void* target, dev::HostDoorbell what) {
     const auto* t = static_cast<const cuda::SoftDoorbellTarget*>(target);
     cuda::DeviceGuard guard(t->gpu);
+    if (t->board && t->slot >= 0) {
+        t->board->ring(uint32_t(t->slot), what);
+        return;
+    }
     soft_doorbell(t->qp_context, what);
 }
 }  // namespace
@@ -80,10 +361,11 @@ DoorbellFn soft_doorbell_fn() { return &soft_doorbell; }
 DoorbellFn soft_doorbell_at_fn() { return &soft_doorbell_at; }
 
 namespace {
-/// The executor's CUfunction on the current device (null, error state cleared, if none).
-CUfunction executor_function() {
+/// An executor kernel's CUfunction on the current device (null, error state cleared, if none):
+/// the one-doorbell kernel by default, or the board's.
+CUfunction executor_function(const void* kernel = reinterpret_cast<const void*>(&soft_doorbell_kernel)) {
     cudaFunction_t f = nullptr;
-    if (cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(&soft_doorbell_kernel)) != cudaSuccess) {
+    if (cudaGetFuncBySymbol(&f, kernel) != cudaSuccess) {
         cudaGetLastError();
         return nullptr;
     }
@@ -97,10 +379,13 @@ void load_executor(int gpu) {
     // where the driver lacks it, and reports a failure in the runtime's terms.
     using LoadFn = CUresult (*)(CUfunction);
     LoadFn load = nullptr;
-    if (CUfunction f = executor_function(); f && driver_fn("cuFuncLoad", load, 12040)) (void)load(f);
-    cudaFuncAttributes a{};
-    const cudaError_t e = cudaFuncGetAttributes(&a, soft_doorbell_kernel);
-    if (e != cudaSuccess) throw_cuda("loading the software device's executor kernel", int(e), __FILE__, __LINE__);
+    for (const void* k : {reinterpret_cast<const void*>(&soft_doorbell_kernel),
+                          reinterpret_cast<const void*>(&board_kernel)}) {
+        if (CUfunction f = executor_function(k); f && driver_fn("cuFuncLoad", load, 12040)) (void)load(f);
+        cudaFuncAttributes a{};
+        const cudaError_t e = cudaFuncGetAttributes(&a, k);
+        if (e != cudaSuccess) throw_cuda("loading the software device's executor kernels", int(e), __FILE__, __LINE__);
+    }
 }
 
 int executor_loaded(int gpu) {

@@ -352,6 +352,8 @@ private:
         qpn_ = dev_->alloc_qpn();
         target_.qp_context = s_.at<soft::QpContext>(0);
         target_.gpu = dev_->gpu();
+        target_.board = dev_->board();
+        target_.slot = cuda::board_attach(target_.board, target_.qp_context);
 
         soft::QpContext st{};
         st.qpn = qpn_;
@@ -379,6 +381,13 @@ private:
     void teardown() {
         PeerWatch::instance().cancel(watch_id_);  // the callback touches this object
         watch_id_ = 0;
+        if (target_.slot >= 0) {
+            try {  // fails only on a failed CUDA context
+                cuda::board_detach(target_.board, target_.slot);
+            } catch (...) {
+            }
+            target_.slot = -1;
+        }
         if (qpn_) {
             dev_->qp_remove(qpn_);
             try {  // writes and reads CQ memory: fails on a failed CUDA context
