@@ -13,13 +13,16 @@
 // the CPU's on most hosts): the CPU writes only the counters, the GPU only `finished`.
 //   doorbell (CPU):  bump a counter; full fence; read `finished`; if it equals `launched`
 //                    (every kernel launched has said it is done), launch kernel launched+1.
-//   kernel g (GPU):  sweep the slots until a sweep finds nothing; then store finished = g;
-//                    full fence; one more sweep, and exit.
+//   kernel g (GPU):  each block sweeps its own slots until a sweep finds nothing (or its time
+//                    is up); the first block to get there stores finished = g and fences;
+//                    every block, once that store is made, sweeps its slots once more, and exits.
 // A Dekker pair: a doorbell whose read of `finished` comes before kernel g's store (so it did
-// not launch) has its counter seen by g's last sweep, which comes after the store and the
-// fence; a doorbell that reads g launches g+1. Kernels run one after another on the library's
-// stream, so two never serve the same slot at once (and the QP's execution lock orders them
-// with the application's kernels that commit on the same QP).
+// not launch) has its counter seen by the last sweep of the slot's block, which comes after
+// the store and a full fence; a doorbell that reads g launches g+1. No block waits for a block
+// that has not started (only for the first finisher, which runs): no deadlock when the
+// application's kernels hold every SM. Kernels run one after another on the library's stream,
+// so two never serve the same slot at once (and the QP's execution lock orders them with the
+// application's kernels that commit on the same QP).
 #pragma once
 
 #include <cstdint>
@@ -52,9 +55,9 @@ struct BoardSlot {
 
 /// The board's GPU-memory part.
 struct BoardDev {
-    uint32_t idle_blocks;  ///< blocks of the running kernel whose own slots are quiet
-    uint32_t slots;        ///< how many slots the board has
-    uint32_t pad[2];
+    uint32_t idle_blocks;           ///< blocks of the running kernel done with their own slots
+    uint32_t slots;                 ///< how many slots the board has
+    unsigned long long stored_gen;  ///< the kernel whose `finished` store is made (and fenced)
     BoardSlot slot[1];  ///< [slots]
 };
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -41,11 +42,32 @@ uint32_t rung_bits(dev::HostDoorbell what) {
     return kRungSend | kRungRecv;
 }
 
+/// The library's executor kernels run a QP as a block that stages a host-memory send ring's
+/// published WQEs in shared memory before reading them (stage_wqes in exec.cuh): one PCIe
+/// round trip for up to kStageBbs WQEBBs, not one per WQE. (Application kernels' block groups
+/// carry no stage: their shared memory is theirs.)
+struct StageHeader {
+    unsigned long long ci;
+    const uint8_t* ring;
+    uint32_t mask;
+};
+struct StagingBlockGroup : BlockGroup {
+    static constexpr uint32_t kStageBbs = 64;
+    uint4* stage;       ///< shared memory, kStageBbs * 4 units
+    StageHeader* hdr;   ///< shared memory
+};
+#define GV_STAGING_GROUP(g)                      \
+    __shared__ uint4 stage_[StagingBlockGroup::kStageBbs * 4]; \
+    __shared__ StageHeader hdr_;                 \
+    StagingBlockGroup g;                         \
+    g.stage = stage_;                            \
+    g.hdr = &hdr_
+
 /// Serves one QP's doorbells (`rung`: RungBits) with the whole block: a send doorbell runs
 /// the send queue; a receive flushes it in ERROR and retries a sender of this process that
 /// waits for it under the RNR rules; a drive does what a waiting kernel's drive() does
 /// (detail/soft/doorbell.cuh), for a CPU waiter. Uniform across the block.
-__device__ void serve(soft::QpContext* q, uint32_t rung, const BlockGroup& g) {
+__device__ void serve(soft::QpContext* q, uint32_t rung, const StagingBlockGroup& g) {
     uint32_t run = rung & kRungSend;
     if (!run && (rung & kRungDrive)) {
         uint32_t need = 0;
@@ -66,7 +88,7 @@ __device__ void serve(soft::QpContext* q, uint32_t rung, const BlockGroup& g) {
 
 /// One doorbell, one launch: for a QP without a board slot.
 __global__ void soft_doorbell_kernel(soft::QpContext* q, uint32_t rung) {
-    BlockGroup g;
+    GV_STAGING_GROUP(g);
     serve(q, rung, g);
 }
 
@@ -77,7 +99,7 @@ __global__ void soft_doorbell_kernel(soft::QpContext* q, uint32_t rung) {
 /// a doorbell that comes during the service is found by the next sweep). Returns whether
 /// it found any. Every thread of the block calls it.
 __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t first, uint32_t stride,
-                      const BlockGroup& g) {
+                      const StagingBlockGroup& g) {
     __shared__ uint32_t list[soft::kBoardThreads];
     __shared__ uint32_t n, used;
     bool any = false;
@@ -128,30 +150,31 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t firs
 constexpr uint64_t kBoardSweepBudgetNs = 200000;
 
 /// Kernel `gen` of the board: block b serves the slots b, b + nb, ... until a sweep of them
-/// finds nothing (or its time is up); the last block to get there says the kernel is done
-/// (finished = gen), then sweeps every slot once more (board.hpp says why that last sweep is
-/// enough).
+/// finds nothing (or its time is up); the first block to get there says the kernel is done
+/// (finished = gen); every block then sweeps its slots once more (board.hpp says why that
+/// last sweep is enough). The last sweeps run in every block at once, not one block for all.
 __global__ void __launch_bounds__(soft::kBoardThreads) board_kernel(soft::BoardHost* h, soft::BoardDev* d,
                                                                       unsigned long long gen) {
-    BlockGroup g;
+    GV_STAGING_GROUP(g);
     const uint64_t t0 = atom::now_ns();
     while (sweep(h, d, blockIdx.x, gridDim.x, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
     }
-    __shared__ uint32_t last;
     if (g.leader()) {
-        __threadfence();  // this block's `seen` updates, before the others' last sweep
-        last = atomicAdd(&d->idle_blocks, 1u) == gridDim.x - 1 ? 1u : 0u;
-        __threadfence();
+        const uint32_t order = atomicAdd(&d->idle_blocks, 1u);
+        if (order == 0) {
+            atom::store_relaxed(&h->finished, gen, true);
+            atom::fence_seq_cst(true);  // the store, before any last sweep's loads of the counters
+            atom::store_release(&d->stored_gen, gen);
+        } else {
+            // The first finisher is running (it got there first): a short wait, never for a
+            // block that has not started.
+            while (atom::load_acquire(&d->stored_gen) != gen) atom::relax();
+            atom::fence_seq_cst(true);
+        }
+        if (order == gridDim.x - 1) d->idle_blocks = 0;  // every block has counted: for the next kernel
     }
     g.sync();
-    if (!last) return;
-    if (g.leader()) {
-        d->idle_blocks = 0;  // for the next kernel, which runs after this one (one stream)
-        atom::store_relaxed(&h->finished, gen, true);
-        atom::fence_seq_cst(true);  // the store, before the sweep's loads of the counters
-    }
-    g.sync();
-    sweep(h, d, 0, 1, g);
+    sweep(h, d, blockIdx.x, gridDim.x, g);
 }
 
 /// A CPU waiter's drive requests come once per turn of its wait loop; one launch per QP every
@@ -306,6 +329,14 @@ void board_close(Board* b) noexcept {
     DeviceGuard guard(b->gpu);
     // Its kernels run on the library's stream: done before the memory goes.
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream()));
+    if (const char* e = std::getenv("GV_DOORBELL_BOARD_STATS"); e && *e == '1') {
+        // How well the board batched: doorbells rung on it against kernels launched.
+        unsigned long long rung = 0;
+        for (uint32_t i = 0; i < b->host->count; ++i)
+            rung += b->host->bell[i].send + b->host->bell[i].recv + b->host->bell[i].drive;
+        std::fprintf(stderr, "gpuverbs: doorbell board of GPU %d: %llu doorbells (slots reused count again), %llu kernels\n",
+                     b->gpu, rung, b->launched.load());
+    }
     cudaFree(b->dev);
     cudaFreeHost(b->host);
     delete b;

@@ -70,6 +70,14 @@ class WqeReader {
         for (int i = 0; i < 4; ++i) bb_[i] = first[i];
         c_ = read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&bb_[0]));
     }
+    /// The same, with the first WQEBB read from `first_bb`: a copy of the ring's WQEBB at pos
+    /// (an executor's staging buffer, filled in one parallel read from a ring in host memory).
+    GV_HOST_DEVICE WqeReader(const uint8_t* ring, uint32_t log_bb, unsigned long long pos, const void* first_bb)
+        : ring_(ring), pos_(pos), log_bb_(log_bb) {
+        const auto* first = static_cast<const Unit*>(first_bb);
+        for (int i = 0; i < 4; ++i) bb_[i] = first[i];
+        c_ = read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&bb_[0]));
+    }
 
     GV_HOST_DEVICE const CtrlFields& ctrl() const { return c_; }
     GV_HOST_DEVICE uint8_t opcode() const { return c_.opcode; }

@@ -15,6 +15,8 @@
 // mlx5/cqe.cuh), complete.cuh (a WQE's completions and its effect on the QPs' states).
 #pragma once
 
+#include <type_traits>
+
 #include "gpuverbs/detail/probe.cuh"
 #include "gpuverbs/detail/soft/complete.cuh"
 #include "gpuverbs/mlx5/wqe_reader.cuh"
@@ -68,8 +70,9 @@ GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
         c.local_mrs = q->local_mrs;
         c.remote_mrs = q->remote_mrs;
         // Acquire: the WQE bytes published up to the record are visible from here on, and so
-        // is the state of the QP that the committer saw when it published.
-        uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, c.sys != 0);
+        // is the state of the QP that the committer saw when it published. A group that staged
+        // the WQEs has read it already, the same way.
+        uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(q->dbrec, c.sys != 0);
         // The record holds the producer index's low 16 bits; rings are at most 2^15
         // WQEBBs, so the difference modulo 2^16 is the published count.
         lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
@@ -328,7 +331,11 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     // while this group runs on the peer's GPU) is observed by threads of the other GPU: the
     // fence after the copy is system-scope (drain()).
     p.sys = lc.scope;
-    const mlx5::WqeReader w(lc.cfg.sq, lc.cfg.sq_log_bb, lc.ci);
+    const unsigned long long staged = lc.ci - lc.stage_ci;
+    const mlx5::WqeReader w =
+        staged < lc.stage_n
+            ? mlx5::WqeReader(lc.cfg.sq, lc.cfg.sq_log_bb, lc.ci, static_cast<const uint8_t*>(lc.stage) + staged * 64)
+            : mlx5::WqeReader(lc.cfg.sq, lc.cfg.sq_log_bb, lc.ci);
     Outcome o = outcome_of(w, lc.ci);
     auto fail = [&](uint8_t syn) -> uint32_t {
         o.req_syndrome = syn;
@@ -395,6 +402,59 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     return kExecute;
 }
 
+/// How many WQEBBs a group stages (stage_wqes): G::kStageBbs where the group type says so (the
+/// library's own executor kernels, which give it the shared memory), else none.
+template <typename G, typename = void>
+struct StageBbs {
+    static constexpr uint32_t value = 0;
+};
+template <typename G>
+struct StageBbs<G, std::void_t<decltype(G::kStageBbs)>> {
+    static constexpr uint32_t value = G::kStageBbs;
+};
+
+#if GV_DEVICE_CODE
+/// A QP whose send ring is host memory (CPU threads post there) costs the leader a PCIe round
+/// trip for each WQE it reads, one after another. The group reads the published WQEBBs at
+/// sq_ci (up to G::kStageBbs) into g.stage at once, every thread a share, one round trip in
+/// all; the leader then reads WQEs from there (only their first WQEBB: longer WQEs read the
+/// rest, and inline payloads, from the ring). The copies are of published WQEBBs, which no
+/// poster rewrites before sq_ci passes them, so they are the ring's bytes. Every thread of the
+/// group calls it, holding the QP's lock.
+template <typename G>
+__device__ void stage_wqes(QpContext* q, const G& g, LeaderCache& lc) {
+    constexpr uint32_t kMax = StageBbs<G>::value;
+    uint32_t n = 0;
+    if (g.leader() && q->sys) {  // sys: the queues are host memory
+        const unsigned long long ci = q->sq_ci;
+        // Acquire, as next_published would (which then takes this value instead).
+        const uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, true);
+        const uint32_t pending = (pi - uint32_t(ci)) & 0xffff;
+        n = pending < kMax ? pending : kMax;
+        g.hdr->ci = ci;
+        g.hdr->ring = q->sq;
+        g.hdr->mask = (1u << q->sq_log_bb) - 1;
+        lc.staged_pi = pi;
+    }
+    n = uint32_t(g.bcast(n));  // its barrier publishes the header
+    if (n == 0) return;
+    const unsigned long long ci = g.hdr->ci;
+    const uint8_t* ring = g.hdr->ring;
+    const uint32_t mask = g.hdr->mask;
+    // After the leader's acquire and the barrier: the WQE bytes are visible to every thread.
+    for (uint32_t u = g.rank(); u < n * 4; u += g.size()) {
+        const uint32_t bb = uint32_t(ci + u / 4) & mask;
+        g.stage[u] = reinterpret_cast<const uint4*>(ring + size_t(bb) * 64)[u % 4];
+    }
+    g.sync();
+    if (g.leader()) {
+        lc.stage = g.stage;
+        lc.stage_ci = ci;
+        lc.stage_n = n;
+    }
+}
+#endif
+
 /// WQEs moving at most this many bytes are executed by the group's leader alone, with no
 /// group barrier: a barrier costs more than the leader's few loads and stores.
 inline constexpr uint64_t kLeaderBytes = 128;
@@ -405,6 +465,9 @@ inline constexpr uint64_t kLeaderBytes = 128;
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
     LeaderCache lc;  // meaningful in the leader only
+#if GV_DEVICE_CODE
+    if constexpr (StageBbs<G>::value > 0) stage_wqes(q, g, lc);
+#endif
     for (;;) {
         if (g.leader()) {
             uint32_t act;

@@ -109,6 +109,13 @@ struct LeaderCache {
     QpContext* r = nullptr;
     QpConfig cfg;
     MrCache local, remote;
+    /// WQEBBs [stage_ci, stage_ci + stage_n) copied out of a host-memory ring by the group
+    /// (stage_wqes in exec.cuh): 16-byte units, four per WQEBB. staged_pi: the doorbell
+    /// record's producer index that the copy went by (read with acquire, under the lock).
+    const void* stage = nullptr;
+    unsigned long long stage_ci = 0;
+    uint32_t stage_n = 0;
+    uint32_t staged_pi = 0;
 };
 
 }  // namespace gv::detail::soft
