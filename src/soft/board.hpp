@@ -3,26 +3,28 @@
 //
 // A CPU thread cannot run the executor of a GPU device (its state is GPU memory), so each of
 // its doorbells needs a kernel. One launch per doorbell costs a launch's CPU time and a
-// kernel's start per WQE batch and serialises every QP behind the library's stream (0.19 M
-// 8-byte WRITEs per second over 4 QPs on the H200). The board batches them: each QP of the
-// device has a slot of three counters in pinned host memory (send, receive and drive
-// doorbells), which CPU threads bump; one kernel at a time serves every slot whose counters
-// moved since it last looked, and a doorbell launches a kernel only when none is on its way.
+// kernel's start per WQE batch and serialises every QP behind the library's stream (0.21 M
+// 8-byte WRITEs per second on the H200, however many QPs and CPU threads). The board batches
+// them: each QP of the device has a slot of three counters in pinned host memory (send,
+// receive and drive doorbells), which CPU threads bump. The slots are dealt to kBoardParts
+// parts (slot i to part i % kBoardParts), each with its own stream; one kernel at a time per
+// part serves every slot of the part whose counters moved since it last looked, and a
+// doorbell launches a kernel only when its part has none on its way. Parts run side by side
+// and independently: a long drain on one QP holds up only its part's QPs.
 //
 // No read-modify-write crosses PCIe (atomics of a GPU on host memory are not atomic with
 // the CPU's on most hosts): the CPU writes only the counters, the GPU only `finished`.
-//   doorbell (CPU):  bump a counter; full fence; read `finished`; if it equals `launched`
-//                    (every kernel launched has said it is done), launch kernel launched+1.
-//   kernel g (GPU):  each block sweeps its own slots until a sweep finds nothing (or its time
-//                    is up); the first block to get there stores finished = g and fences;
-//                    every block, once that store is made, sweeps its slots once more, and exits.
+//   doorbell (CPU):  bump a counter; full fence; read the part's `finished`; if it equals
+//                    the part's `launched` (every kernel launched has said it is done),
+//                    launch kernel launched+1 on the part's stream.
+//   kernel g (GPU):  sweep the part's slots until a sweep finds nothing (or its time is
+//                    up); store finished = g; full fence; one more sweep, and exit.
 // A Dekker pair: a doorbell whose read of `finished` comes before kernel g's store (so it did
-// not launch) has its counter seen by the last sweep of the slot's block, which comes after
-// the store and a full fence; a doorbell that reads g launches g+1. No block waits for a block
-// that has not started (only for the first finisher, which runs): no deadlock when the
-// application's kernels hold every SM. Kernels run one after another on the library's stream,
-// so two never serve the same slot at once (and the QP's execution lock orders them with the
-// application's kernels that commit on the same QP).
+// not launch) has its counter seen by g's last sweep, which comes after the store and the
+// fence; a doorbell that reads g launches g+1. A part's kernels run one after another on its
+// stream, so two never serve the same slot at once (and the QP's execution lock orders them
+// with the application's kernels that commit on the same QP). A kernel is one block and
+// waits for nothing: no deadlock when the application's kernels hold every SM.
 #pragma once
 
 #include <cstdint>
@@ -39,11 +41,18 @@ struct alignas(16) Bell {
     uint32_t pad;
 };
 
-/// The board's pinned host part (mapped: the same address on the GPU).
+constexpr uint32_t kBoardParts = 16;  ///< parts (streams, kernels at once) per board
+
+/// A part's `finished`: the last kernel of the part that has said it is done (GPU-written).
+struct alignas(64) BoardFinished {
+    unsigned long long gen;
+};
+
+/// The board's pinned host part (mapped: the GPU has its own address for it).
 struct BoardHost {
-    alignas(64) unsigned long long finished;  ///< the last kernel that has said it is done (GPU-written)
-    alignas(64) uint32_t count;               ///< slots in use are below this (CPU-written)
-    alignas(64) Bell bell[1];                 ///< [slots]
+    BoardFinished finished[kBoardParts];
+    alignas(64) uint32_t count;  ///< slots in use are below this (CPU-written)
+    alignas(64) Bell bell[1];    ///< [slots]
 };
 
 /// A slot's GPU-memory part: which QP, and the counters its kernel has served.
@@ -55,14 +64,12 @@ struct BoardSlot {
 
 /// The board's GPU-memory part.
 struct BoardDev {
-    uint32_t idle_blocks;           ///< blocks of the running kernel done with their own slots
-    uint32_t slots;                 ///< how many slots the board has
-    unsigned long long stored_gen;  ///< the kernel whose `finished` store is made (and fenced)
+    uint32_t slots;  ///< how many slots the board has
+    uint32_t pad[3];
     BoardSlot slot[1];  ///< [slots]
 };
 
 constexpr uint32_t kBoardDefaultSlots = 1024;
-constexpr uint32_t kBoardMaxBlocks = 16;   ///< blocks per kernel (each serves every nb-th slot)
 constexpr uint32_t kBoardThreads = 256;    ///< threads per block
 
 }  // namespace gv::detail::soft

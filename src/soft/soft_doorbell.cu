@@ -149,32 +149,21 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t firs
 /// cudaDeviceSynchronize elsewhere would wait for it): the next doorbell launches the next.
 constexpr uint64_t kBoardSweepBudgetNs = 200000;
 
-/// Kernel `gen` of the board: block b serves the slots b, b + nb, ... until a sweep of them
-/// finds nothing (or its time is up); the first block to get there says the kernel is done
-/// (finished = gen); every block then sweeps its slots once more (board.hpp says why that
-/// last sweep is enough). The last sweeps run in every block at once, not one block for all.
+/// Kernel `gen` of part `part` of the board (one block): serves the part's slots until a
+/// sweep finds nothing (or its time is up), says it is done (finished = gen), then sweeps
+/// once more (board.hpp says why that last sweep is enough).
 __global__ void __launch_bounds__(soft::kBoardThreads) board_kernel(soft::BoardHost* h, soft::BoardDev* d,
-                                                                      unsigned long long gen) {
+                                                                      uint32_t part, unsigned long long gen) {
     GV_STAGING_GROUP(g);
     const uint64_t t0 = atom::now_ns();
-    while (sweep(h, d, blockIdx.x, gridDim.x, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
+    while (sweep(h, d, part, soft::kBoardParts, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
     }
     if (g.leader()) {
-        const uint32_t order = atomicAdd(&d->idle_blocks, 1u);
-        if (order == 0) {
-            atom::store_relaxed(&h->finished, gen, true);
-            atom::fence_seq_cst(true);  // the store, before any last sweep's loads of the counters
-            atom::store_release(&d->stored_gen, gen);
-        } else {
-            // The first finisher is running (it got there first): a short wait, never for a
-            // block that has not started.
-            while (atom::load_acquire(&d->stored_gen) != gen) atom::relax();
-            atom::fence_seq_cst(true);
-        }
-        if (order == gridDim.x - 1) d->idle_blocks = 0;  // every block has counted: for the next kernel
+        atom::store_relaxed(&h->finished[part].gen, gen, true);
+        atom::fence_seq_cst(true);  // the store, before the last sweep's loads of the counters
     }
     g.sync();
-    sweep(h, d, blockIdx.x, gridDim.x, g);
+    sweep(h, d, part, soft::kBoardParts, g);
 }
 
 /// A CPU waiter's drive requests come once per turn of its wait loop; one launch per QP every
@@ -214,22 +203,28 @@ void soft_doorbell_at(void* target, dev::HostDoorbell what);
 
 namespace cuda {
 
-/// A GPU's doorbell board (board.hpp): its memory, who may launch, and its free slots.
+/// A GPU's doorbell board (board.hpp): its memory, its parts' streams and launch counts,
+/// and its free slots.
 struct Board {
     int gpu = -1;
     uint32_t slots = 0;
     soft::BoardHost* host = nullptr;      ///< pinned, mapped
     soft::BoardHost* host_gpu = nullptr;  ///< the same memory, as the GPU addresses it
     soft::BoardDev* dev = nullptr;
-    /// Kernels launched; equal to host->finished when none is on its way. Changed under mu.
-    std::atomic<unsigned long long> launched{0};
-    std::mutex mu;  ///< launches, and the slots' allocation
+    cudaStream_t streams[soft::kBoardParts] = {};
+    /// Per part, kernels launched; equal to the part's `finished` when none is on its way.
+    /// Changed under the part's mutex.
+    std::atomic<unsigned long long> launched[soft::kBoardParts] = {};
+    std::mutex part_mu[soft::kBoardParts];
+    std::mutex mu;  ///< the slots' allocation
     std::vector<uint32_t> free_slots;
-    /// Per slot, when a CPU waiter's drive last rang it (drive_due's rate limit, per slot).
+    /// Per slot, when a CPU waiter's drive last rang it (the drive rate limit, per slot).
     std::unique_ptr<std::atomic<uint64_t>[]> last_drive;
 
-    /// A doorbell on `slot` (see board.hpp for why a launch is needed only when `finished`
-    /// has caught up with `launched`).
+    static uint32_t part_of(uint32_t slot) { return slot % soft::kBoardParts; }
+
+    /// A doorbell on `slot` (see board.hpp for why a launch is needed only when the part's
+    /// `finished` has caught up with its `launched`).
     void ring(uint32_t slot, dev::HostDoorbell what) {
         soft::Bell& b = host->bell[slot];
         switch (what) {
@@ -251,19 +246,28 @@ struct Board {
         // The counter's store, then this full fence, then the read of `finished`: the Dekker
         // pair with the kernel's store of `finished`, fence, and last sweep.
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&host->finished, __ATOMIC_ACQUIRE) != launched.load(std::memory_order_acquire)) return;
-        std::lock_guard<std::mutex> lock(mu);
-        const unsigned long long gen = launched.load(std::memory_order_relaxed);
-        if (__atomic_load_n(&host->finished, __ATOMIC_ACQUIRE) != gen) return;  // another thread launched
-        launched.store(gen + 1, std::memory_order_release);
-        const uint32_t used = __atomic_load_n(&host->count, __ATOMIC_RELAXED);
-        const uint32_t blocks = used < soft::kBoardMaxBlocks ? (used ? used : 1) : soft::kBoardMaxBlocks;
-        board_kernel<<<blocks, soft::kBoardThreads, 0, static_cast<cudaStream_t>(stream())>>>(host_gpu, dev, gen + 1);
+        const uint32_t p = part_of(slot);
+        unsigned long long* fin = &host->finished[p].gen;
+        if (__atomic_load_n(fin, __ATOMIC_ACQUIRE) != launched[p].load(std::memory_order_acquire)) return;
+        std::lock_guard<std::mutex> lock(part_mu[p]);
+        const unsigned long long gen = launched[p].load(std::memory_order_relaxed);
+        if (__atomic_load_n(fin, __ATOMIC_ACQUIRE) != gen) return;  // another thread launched
+        launched[p].store(gen + 1, std::memory_order_release);
+        board_kernel<<<1, soft::kBoardThreads, 0, streams[p]>>>(host_gpu, dev, p, gen + 1);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
-            launched.store(gen, std::memory_order_release);
+            launched[p].store(gen, std::memory_order_release);
             throw_cuda("launch of the software device's executor (doorbell board)", int(e), __FILE__, __LINE__);
         }
+    }
+
+    /// Writes slot i's GPU part on its part's stream, after that part's kernels, and waits.
+    void write_slot(uint32_t i, const void* src, size_t off, size_t n) {
+        cudaStream_t s = streams[part_of(i)];
+        auto* dst = reinterpret_cast<uint8_t*>(&dev->slot[i]) + off;
+        cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess) throw_cuda("writing a doorbell board slot", int(e), __FILE__, __LINE__);
     }
 };
 
@@ -317,6 +321,14 @@ Board* board_open(int gpu) {
         cudaFreeHost(hp);
         throw;
     }
+    for (uint32_t p = 0; p < soft::kBoardParts; ++p) {
+        if (cudaError_t e = cudaStreamCreateWithFlags(&b->streams[p], cudaStreamNonBlocking); e != cudaSuccess) {
+            for (uint32_t k = 0; k < p; ++k) cudaStreamDestroy(b->streams[k]);
+            cudaFree(dp);
+            cudaFreeHost(hp);
+            throw_cuda("creating the doorbell board's streams", int(e), __FILE__, __LINE__);
+        }
+    }
     b->last_drive = std::make_unique<std::atomic<uint64_t>[]>(slots);
     for (uint32_t i = 0; i < slots; ++i) b->last_drive[i].store(0);
     b->free_slots.reserve(slots);
@@ -327,15 +339,20 @@ Board* board_open(int gpu) {
 void board_close(Board* b) noexcept {
     if (!b) return;
     DeviceGuard guard(b->gpu);
-    // Its kernels run on the library's stream: done before the memory goes.
-    cudaStreamSynchronize(static_cast<cudaStream_t>(stream()));
+    // Its kernels run on its parts' streams: done before the memory goes.
+    for (cudaStream_t s : b->streams) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+    }
     if (const char* e = std::getenv("GV_DOORBELL_BOARD_STATS"); e && *e == '1') {
         // How well the board batched: doorbells rung on it against kernels launched.
         unsigned long long rung = 0;
         for (uint32_t i = 0; i < b->host->count; ++i)
             rung += b->host->bell[i].send + b->host->bell[i].recv + b->host->bell[i].drive;
+        unsigned long long kernels = 0;
+        for (const auto& l : b->launched) kernels += l.load();
         std::fprintf(stderr, "gpuverbs: doorbell board of GPU %d: %llu doorbells (slots reused count again), %llu kernels\n",
-                     b->gpu, rung, b->launched.load());
+                     b->gpu, rung, kernels);
     }
     cudaFree(b->dev);
     cudaFreeHost(b->host);
@@ -354,8 +371,8 @@ int board_attach(Board* b, void* qp_context) {
     s.seen[1] = __atomic_load_n(&bell.recv, __ATOMIC_RELAXED);
     s.seen[2] = __atomic_load_n(&bell.drive, __ATOMIC_RELAXED);
     DeviceGuard guard(b->gpu);
-    // On the library's stream, so after any kernel of the board still running.
-    copy_to_device(&b->dev->slot[i], &s, sizeof s);
+    // After any kernel of its part still running.
+    b->write_slot(i, &s, 0, sizeof s);
     b->free_slots.pop_back();
     b->last_drive[i].store(0);
     if (i >= b->host->count) __atomic_store_n(&b->host->count, i + 1, __ATOMIC_RELEASE);
@@ -367,9 +384,9 @@ void board_detach(Board* b, int slot) {
     std::lock_guard<std::mutex> lock(b->mu);
     DeviceGuard guard(b->gpu);
     soft::QpContext* none = nullptr;
-    // Stream-ordered after every kernel launched so far, and synchronous: when it returns, no
-    // kernel serves the QP any more, and later ones skip the slot.
-    copy_to_device(&b->dev->slot[slot].q, &none, sizeof none);
+    // Ordered after every kernel of the part launched so far, and synchronous: when it
+    // returns, no kernel serves the QP any more, and later ones skip the slot.
+    b->write_slot(uint32_t(slot), &none, offsetof(soft::BoardSlot, q), sizeof none);
     b->free_slots.push_back(uint32_t(slot));
 }
 
