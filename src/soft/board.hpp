@@ -43,6 +43,13 @@ struct alignas(16) Bell {
 
 constexpr uint32_t kBoardParts = 16;  ///< parts (streams, kernels at once) per board
 
+/// The part that serves slot i. QPs come in pairs (requester, responder: slots 2k, 2k+1), so
+/// i % parts alone would leave every requester on an even part; the next bits spread them.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr uint32_t board_part(uint32_t i) { return (i ^ (i / kBoardParts)) % kBoardParts; }
+
 /// A part's `finished`: the last kernel of the part that has said it is done (GPU-written).
 struct alignas(64) BoardFinished {
     unsigned long long gen;
@@ -65,7 +72,10 @@ struct BoardSlot {
 /// The board's GPU-memory part.
 struct BoardDev {
     uint32_t slots;  ///< how many slots the board has
-    uint32_t pad[3];
+    uint32_t stats;  ///< 1: the kernels count what they do (GV_DOORBELL_BOARD_STATS=1)
+    uint32_t pad[2];
+    /// With stats: kernels' lifetimes, time in serve(), WQEBBs executed, sweeps (ns, counts).
+    unsigned long long kernel_ns, serve_ns, wqebbs, sweeps;
     BoardSlot slot[1];  ///< [slots]
 };
 

@@ -94,19 +94,18 @@ __global__ void soft_doorbell_kernel(soft::QpContext* q, uint32_t rung) {
 
 // ---- the board's kernel -------------------------------------------------------------
 
-/// Looks once at the slots first, first + stride, ... below the board's count; serves each
+/// Looks once at the slots of `part` below the board's count; serves each
 /// whose counters moved since it was last served (its `seen` is updated before serving, so
 /// a doorbell that comes during the service is found by the next sweep). Returns whether
 /// it found any. Every thread of the block calls it.
-__device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t first, uint32_t stride,
-                      const StagingBlockGroup& g) {
+__device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t part, const StagingBlockGroup& g) {
     __shared__ uint32_t list[soft::kBoardThreads];
     __shared__ uint32_t n, used;
     bool any = false;
-    for (uint32_t base = first;; base += stride * soft::kBoardThreads) {
+    for (uint32_t base = 0;; base += soft::kBoardThreads) {
         if (g.leader()) n = 0;
         g.sync();
-        const uint32_t i = base + threadIdx.x * stride;
+        const uint32_t i = base + threadIdx.x;
         // The count and the counters are loaded together (one PCIe round trip, not two): a
         // slot at or past the count is not used, and the board's memory has every slot.
         const uint32_t count = atom::load_relaxed(&h->count, true);
@@ -115,7 +114,7 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t firs
                      : "=r"(b.send), "=r"(b.recv), "=r"(b.drive), "=r"(b.pad)
                      : "l"(&h->bell[i < d->slots ? i : 0])
                      : "memory");
-        if (i < count) {
+        if (i < count && soft::board_part(i) == part) {
             soft::BoardSlot& s = d->slot[i];
             uint32_t rung = 0;
             if (b.send != s.seen[0]) rung |= kRungSend;
@@ -136,10 +135,22 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t firs
         const uint32_t found = n, count_now = used;
         for (uint32_t k = 0; k < found; ++k) {
             const uint32_t e = list[k];
-            serve(d->slot[e & kRungSlot].q, e & ~kRungSlot, g);
+            soft::QpContext* q = d->slot[e & kRungSlot].q;
+            if (!d->stats) {
+                serve(q, e & ~kRungSlot, g);
+                continue;
+            }
+            const uint64_t t = atom::now_ns();
+            const unsigned long long ci = q->sq_ci;
+            serve(q, e & ~kRungSlot, g);
+            if (g.leader()) {
+                atomicAdd(&d->serve_ns, (unsigned long long)(atom::now_ns() - t));
+                atomicAdd(&d->wqebbs, (unsigned long long)(atom::load_relaxed(&q->sq_ci) - ci));
+            }
         }
+        if (d->stats && g.leader()) atomicAdd(&d->sweeps, 1ull);
         any |= found != 0;
-        if (base + stride * soft::kBoardThreads >= count_now) break;
+        if (base + soft::kBoardThreads >= count_now) break;
     }
     return any;
 }
@@ -156,14 +167,15 @@ __global__ void __launch_bounds__(soft::kBoardThreads) board_kernel(soft::BoardH
                                                                       uint32_t part, unsigned long long gen) {
     GV_STAGING_GROUP(g);
     const uint64_t t0 = atom::now_ns();
-    while (sweep(h, d, part, soft::kBoardParts, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
+    while (sweep(h, d, part, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
     }
     if (g.leader()) {
         atom::store_relaxed(&h->finished[part].gen, gen, true);
         atom::fence_seq_cst(true);  // the store, before the last sweep's loads of the counters
     }
     g.sync();
-    sweep(h, d, part, soft::kBoardParts, g);
+    sweep(h, d, part, g);
+    if (d->stats && g.leader()) atomicAdd(&d->kernel_ns, (unsigned long long)(atom::now_ns() - t0));
 }
 
 /// A CPU waiter's drive requests come once per turn of its wait loop; one launch per QP every
@@ -221,7 +233,7 @@ struct Board {
     /// Per slot, when a CPU waiter's drive last rang it (the drive rate limit, per slot).
     std::unique_ptr<std::atomic<uint64_t>[]> last_drive;
 
-    static uint32_t part_of(uint32_t slot) { return slot % soft::kBoardParts; }
+    static uint32_t part_of(uint32_t slot) { return soft::board_part(slot); }
 
     /// A doorbell on `slot` (see board.hpp for why a launch is needed only when the part's
     /// `finished` has caught up with its `launched`).
@@ -314,6 +326,8 @@ Board* board_open(int gpu) {
     b->dev = static_cast<soft::BoardDev*>(dp);
     std::vector<uint8_t> init(dev_bytes, 0);
     reinterpret_cast<soft::BoardDev*>(init.data())->slots = slots;
+    const char* st = std::getenv("GV_DOORBELL_BOARD_STATS");
+    reinterpret_cast<soft::BoardDev*>(init.data())->stats = st && *st == '1' ? 1 : 0;
     try {
         copy_to_device(dp, init.data(), dev_bytes);
     } catch (...) {
@@ -351,8 +365,13 @@ void board_close(Board* b) noexcept {
             rung += b->host->bell[i].send + b->host->bell[i].recv + b->host->bell[i].drive;
         unsigned long long kernels = 0;
         for (const auto& l : b->launched) kernels += l.load();
-        std::fprintf(stderr, "gpuverbs: doorbell board of GPU %d: %llu doorbells (slots reused count again), %llu kernels\n",
-                     b->gpu, rung, kernels);
+        soft::BoardDev st{};
+        cudaMemcpy(&st, b->dev, sizeof st, cudaMemcpyDeviceToHost);
+        std::fprintf(stderr,
+                     "gpuverbs: doorbell board of GPU %d: %llu doorbells (slots reused count again), %llu kernels "
+                     "(%.1f us in all), %llu sweeps, %llu WQEBBs executed in %.1f us of serving (%.3f us each)\n",
+                     b->gpu, rung, kernels, st.kernel_ns / 1e3, st.sweeps, st.wqebbs, st.serve_ns / 1e3,
+                     st.wqebbs ? st.serve_ns / 1e3 / double(st.wqebbs) : 0.0);
     }
     cudaFree(b->dev);
     cudaFreeHost(b->host);

@@ -235,3 +235,52 @@ TEST(CpuDoorbells, QpsComeAndGoWhileOthersRing) {
         EXPECT_EQ(busy[t]->check(2048, 0), "") << "thread " << t;
     }
 }
+
+// One commit publishes far more WQEBBs than the executor stages at once (64), with WQEs of one
+// and of two WQEBBs mixed, so that stage boundaries fall inside two-WQEBB WQEs and the ring
+// wraps: each drain takes the whole WQEs its stage holds, the next stages the rest, and every
+// byte lands where its WQE says.
+TEST(CpuDoorbells, LongListsOfMixedSizesCrossTheStage) {
+    GV_SKIP_WITHOUT_GPU();
+    Context ctx = gvtest::gpu_ctx();
+    QpOptions o;
+    o.sq_depth = 512;  // WQEs of max_send_sge entries: 1024 WQEBBs
+    o.max_send_sge = 4;
+    gvtest::Pair p(ctx, o, MemoryKind::Host);
+    constexpr uint32_t kWords = 600;  // about 400 WQEBBs a round: within the ring, no completion polled before the last
+    DevBuf src(kWords * 8), dst(kWords * 8);
+    std::vector<uint64_t> v(kWords), out(kWords);
+    for (uint32_t i = 0; i < kWords; ++i) v[i] = 0xd00d000000000000ull | (uint64_t(i) << 8) | 0x5a;
+    CUDA_OK(cudaMemcpy(src.p, v.data(), kWords * 8, cudaMemcpyHostToDevice));
+    MemoryRegion ms(p.pd, src.p, kWords * 8, kLocalWrite);
+    MemoryRegion md(p.pd, dst.p, kWords * 8, kAllAccess);
+    auto a = p.h(0);
+    const auto* s = src.get<uint64_t>();
+    auto* d = dst.get<uint64_t>();
+    for (int round = 0; round < 3; ++round) {  // the second and third rounds wrap the ring
+        CUDA_OK(cudaMemset(dst.p, 0, kWords * 8));
+        uint32_t k = 0, wqes = 0;
+        while (k < kWords) {
+            // Three 8-byte pieces gathered into 24 contiguous bytes (ctrl, raddr, three data
+            // segments: two WQEBBs), or one piece (one WQEBB); the pattern shifts each round.
+            const bool three = ((k + round) % 5) < 2 && k + 3 <= kWords;
+            const uint32_t n = three ? 3 : 1;
+            Sge sg[3];
+            for (uint32_t j = 0; j < n; ++j) sg[j] = {uint64_t(s + k + j), 8, ms.lkey()};
+            const bool last = k + n == kWords;
+            ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, sg, n, uint64_t(d + k), md.rkey(), 0,
+                                    last ? kSignaled : 0u),
+                      Status::Ok)
+                << "round " << round << " word " << k;
+            k += n;
+            ++wqes;
+            if (wqes % 100 == 0 && !last) ASSERT_EQ(dev::commit(a), Status::Ok);  // some lists, not one
+        }
+        ASSERT_EQ(dev::commit(a), Status::Ok);
+        auto c = p.scq[0]->wait(1, 20000);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_TRUE(c[0].ok()) << "status " << int(c[0].status);
+        CUDA_OK(cudaMemcpy(out.data(), dst.p, kWords * 8, cudaMemcpyDeviceToHost));
+        for (uint32_t i = 0; i < kWords; ++i) ASSERT_EQ(out[i], v[i]) << "round " << round << " word " << i;
+    }
+}

@@ -451,6 +451,21 @@ __device__ void stage_wqes(QpContext* q, const G& g, LeaderCache& lc) {
         lc.stage = g.stage;
         lc.stage_ci = ci;
         lc.stage_n = n;
+        // More published than staged: this drain takes the whole WQEs the stage holds, as if
+        // the record said no more (as a record read a little earlier would have); progress()'s
+        // re-check finds the rest and the next drain stages it. A WQE larger than the stage
+        // (or one whose size is wrong) leaves the record as read: the drain then reads it from
+        // the ring and judges it there.
+        const uint32_t pending = (lc.staged_pi - uint32_t(ci)) & 0xffff;
+        if (pending > n) {
+            uint32_t whole = 0;
+            while (whole < n) {
+                const uint32_t bbs = mlx5::WqeReader(nullptr, 0, ci + whole, g.stage + whole * 4).bbs();
+                if (whole + bbs > n) break;
+                whole += bbs;
+            }
+            if (whole) lc.staged_pi = uint32_t(ci + whole) & 0xffff;
+        }
     }
 }
 #endif
