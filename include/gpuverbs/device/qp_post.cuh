@@ -9,13 +9,6 @@ namespace dev {
 
 // ---- WQE builders (write one WQE at a reserved position) -------------------------------
 
-/// ds count of a WQE with a gather/scatter list (zero-length entries skipped).
-GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
-    uint32_t k = (opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM) ? 1 : 2;
-    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
-    return k;
-}
-
 /// RDMA WRITE / WRITE_IMM / READ / SEND / SEND_IMM with a gather (scatter for READ) list.
 /// Returns the ds count. Zero-length entries are skipped, as rdma-core does.
 GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos, uint8_t opcode,
@@ -26,8 +19,7 @@ GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos
         store_wqebb_at(qp, pos, sge1_wqebb(qp, pos, opcode, flags, imm_be, raddr, rkey, sg[0]), ds);
         return ds;
     }
-    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
-                      opcode == MLX5_OPCODE_RDMA_READ;
+    const bool rdma = sge_has_raddr(opcode);
     uint32_t k = 1;
     if (rdma) mlx5::set_raddr_seg(reinterpret_cast<mlx5_wqe_raddr_seg*>(sq_seg(qp, pos, k++)), raddr, rkey);
     for (uint32_t i = 0; i < n; ++i) {

@@ -88,12 +88,25 @@ GV_HOST_DEVICE void store_wqebb(const QpHandle& qp, const Reservation& res, cons
     if (mine) store_wqebb_at(qp, res.pos, b);
 }
 
+/// True for the gather-list opcodes that carry a remote-address segment (WRITE, WRITE_IMM,
+/// READ); SEND and SEND_IMM carry none.
+GV_HOST_DEVICE bool sge_has_raddr(uint8_t opcode) {
+    return opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM || opcode == MLX5_OPCODE_RDMA_READ;
+}
+
+/// ds count of a WQE with a gather/scatter list (zero-length entries skipped, as rdma-core
+/// does): ctrl, the remote address where the opcode has one, a data segment per entry.
+GV_HOST_DEVICE uint32_t sge_wqe_ds(uint8_t opcode, const Sge* sg, uint32_t n) {
+    uint32_t k = sge_has_raddr(opcode) ? 2 : 1;
+    for (uint32_t i = 0; i < n; ++i) k += sg[i].length ? 1 : 0;
+    return k;
+}
+
 /// A WRITE / WRITE_IMM / READ / SEND / SEND_IMM with one data segment (none when its length is
 /// 0, as rdma-core skips zero-length entries): ctrl, [raddr,] [data].
 GV_HOST_DEVICE WqeBb sge1_wqebb(const QpHandle& qp, unsigned long long pos, uint8_t opcode, uint32_t flags,
                                 uint32_t imm_be, uint64_t raddr, uint32_t rkey, const Sge& s) {
-    const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
-                      opcode == MLX5_OPCODE_RDMA_READ;
+    const bool rdma = sge_has_raddr(opcode);
     const mlx5::Unit zero{};
     const mlx5::Unit data = s.length ? mlx5::data_unit(s.length, s.lkey, s.addr) : zero;
     WqeBb b;
@@ -105,7 +118,7 @@ GV_HOST_DEVICE WqeBb sge1_wqebb(const QpHandle& qp, unsigned long long pos, uint
         b.u[2] = zero;
     }
     b.u[3] = zero;
-    const uint32_t ds = 1 + (rdma ? 1 : 0) + (s.length ? 1 : 0);
+    const uint32_t ds = sge_wqe_ds(opcode, &s, 1);
     b.u[0] = mlx5::ctrl_unit(uint16_t(pos), opcode, 0, qp.q.qpn, fm_ce_se(flags), uint8_t(ds), 0, imm_be);
     return b;
 }
