@@ -48,6 +48,10 @@ struct Lane {
         CU(cudaMemcpy(src.p, v.data(), n * 8ull, cudaMemcpyHostToDevice));
         CU(cudaMemset(dst.p, 0, n * 8ull));
         CU(cudaMemset(rbuf.p, 0, n * 8ull));
+        // cudaMemcpy from pageable memory may return before its DMA has landed, and cudaMemset
+        // may run after it returns: the executor (a kernel already running for other QPs, on
+        // its own streams) must not read or write these buffers before they are ready.
+        CU(cudaDeviceSynchronize());
         ms = std::make_unique<MemoryRegion>(p.pd, src.p, n * 8ull, kLocalWrite);
         md = std::make_unique<MemoryRegion>(p.pd, dst.p, n * 8ull, kAllAccess);
         mr = std::make_unique<MemoryRegion>(p.pd, rbuf.p, n * 8ull, kLocalWrite);
@@ -252,6 +256,7 @@ TEST(CpuDoorbells, LongListsOfMixedSizesCrossTheStage) {
     std::vector<uint64_t> v(kWords), out(kWords);
     for (uint32_t i = 0; i < kWords; ++i) v[i] = 0xd00d000000000000ull | (uint64_t(i) << 8) | 0x5a;
     CUDA_OK(cudaMemcpy(src.p, v.data(), kWords * 8, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
     MemoryRegion ms(p.pd, src.p, kWords * 8, kLocalWrite);
     MemoryRegion md(p.pd, dst.p, kWords * 8, kAllAccess);
     auto a = p.h(0);
@@ -259,6 +264,7 @@ TEST(CpuDoorbells, LongListsOfMixedSizesCrossTheStage) {
     auto* d = dst.get<uint64_t>();
     for (int round = 0; round < 3; ++round) {  // the second and third rounds wrap the ring
         CUDA_OK(cudaMemset(dst.p, 0, kWords * 8));
+        CUDA_OK(cudaDeviceSynchronize());  // the buffers ready before the executor touches them
         uint32_t k = 0, wqes = 0;
         while (k < kWords) {
             // Three 8-byte pieces gathered into 24 contiguous bytes (ctrl, raddr, three data

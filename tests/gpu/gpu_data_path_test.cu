@@ -229,6 +229,7 @@ TEST(GpuDataPath, CpuWriteReachesAKernelAlreadyWaitingForIt) {
     DevBuf src(8), dst(8);
     CUDA_OK(cudaMemcpy(src.p, &v, 8, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(dst.p, 0, 8));
+    CUDA_OK(cudaDeviceSynchronize());  // src and dst ready before the executor touches them
     MemoryRegion ms(p.pd, src.p, 8, kLocalWrite);
     MemoryRegion md(p.pd, dst.p, 8, kAllAccess);
     uint32_t* started = nullptr;
@@ -266,6 +267,9 @@ TEST(GpuDataPath, CpuPostsGpuExecutes) {
     std::vector<uint8_t> h(n), out(n);
     gvtest::fill_random(h.data(), n, 5);
     CUDA_OK(cudaMemcpy(src.p, h.data(), n, cudaMemcpyHostToDevice));
+    // A pageable cudaMemcpy may return before its DMA lands: the executor, a kernel on the
+    // library's own streams, must not read src before it has.
+    CUDA_OK(cudaDeviceSynchronize());
     MemoryRegion ms(p.pd, src.p, n, kLocalWrite);
     MemoryRegion md(p.pd, dst.p, n, kAllAccess);
     auto a = p.h(0);
