@@ -4,6 +4,9 @@
 // --peer-gpu N: the responder QP and the target buffer on GPU N (a cross-GPU QP: its executor
 // on GPU 0 reaches the peer's QP state, queues and memory over NVLink, with system-scope
 // fences), the steps timed on GPU 0 as before.
+// --batch N: each iteration posts N 8-byte WRITEs (the last one signaled) with one reservation,
+// one publication and one doorbell, so that one drain executes N WQEs: the executor's steps
+// are then per WQE of a long drain (what bounds one QP's message rate), not of a lone WRITE.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -12,9 +15,18 @@
 
 // The executor's and the poll's own time stamps (gpuverbs/detail/probe.cuh): this tool's copy
 // of the device code records clock64 at each of them; the library's copy has none.
+// Each stamp adds the time since the previous one to its own slot (the interval that ends
+// there), in shared memory: a stamp costs a shared load and store, not a global round trip,
+// and a drain of many WQEs sums its per-WQE intervals. The probe's own cost per stamp is
+// measured (two stamps back to back) and printed.
 #define GV_EXEC_PROBE 1
-__device__ unsigned long long gv_probe_stamps[32];
-__device__ __forceinline__ void gv_exec_probe_stamp(int i) { gv_probe_stamps[i] = clock64(); }
+__shared__ unsigned long long gv_probe_acc[32];
+__shared__ unsigned long long gv_probe_prev;
+__device__ __forceinline__ void gv_exec_probe_stamp(int i) {
+    const unsigned long long t = clock64();
+    gv_probe_acc[i] += t - gv_probe_prev;
+    gv_probe_prev = clock64();
+}
 
 #include "bench_common.hpp"
 #include "gpuverbs/device.cuh"
@@ -25,44 +37,64 @@ using namespace gv;
 enum { kReserve, kBuild, kPublish, kDbrec, kExecute, kPoll, kSteps };
 const char* kStep[] = {"reserve (sq_reserve_group)", "build WQE", "publish (sq_publish_group)",
                        "doorbell record (commit)", "execute (progress)", "poll CQE (poll_cq)"};
-// Inside execute and poll: the intervals between consecutive stamps (detail::ExecStamp), the
-// last one of each up to the step's end.
+// Inside execute and poll: the interval that ends at each stamp (detail::ExecStamp), and the
+// last one of each step up to the step's end. In a drain of several WQEs the per-WQE stamps
+// (kStampPublished .. kStampFinished) sum over its WQEs; "published" then also holds the
+// step from one WQE's end to the next one's start.
 using gv::detail::kStampCount;
-const char* kInside[kStampCount] = {
-    "  execute: hand-off fence + lock CAS",   "  execute: doorbell record, state, config",
-    "  execute: read + check the WQE",        "  execute: local memory region",
-    "  execute: peer memory region, plan",    "  execute: copy 8 bytes",
-    "  execute: release fence",               "  execute: requester CQE (slot, ci, write)",
-    "  execute: sq_ci, error check",          "  execute: drain's next look (nothing)",
-    "  execute: unlock + hand-off fence",     "  execute: re-check (has_work)",
-    "  execute: return",                      "  poll: consumer index, CQE ready, decode",
-    "  poll: claim (CAS on ci)",              "  poll: CQ doorbell record",
-    "  poll: retire the send queue's slots",  "  poll: return"};
+const char* kInside[kStampCount + 2] = {
+    "  execute: call",                        "  execute: hand-off fence + lock CAS",
+    "  execute: doorbell record, state, config / next WQE", "  execute: read + check the WQE",
+    "  execute: local memory region",         "  execute: peer memory region, plan",
+    "  execute: copy 8 bytes",                "  execute: release fence",
+    "  execute: requester CQE (slot, ci, write)", "  execute: sq_ci, error check",
+    "  execute: drain's next look (nothing)", "  execute: unlock + hand-off fence",
+    "  execute: re-check (has_work)",         "  poll: call",
+    "  poll: consumer index, CQE ready, decode", "  poll: claim (CAS on ci)",
+    "  poll: CQ doorbell record",             "  poll: retire the send queue's slots",
+    "  execute: return",                      "  poll: return"};
 
 // Failures are recorded in *fail after the iteration's last stamp (the reservation's status
-// and the completion polled): the timed steps are left as they were.
+// and the completion polled): the timed steps are left as they were. `batch` WRITEs per
+// iteration, to consecutive 8-byte slots of dst.
 __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey, int n,
-                            unsigned long long* acc, unsigned long long* inside, gvbench::Failure* fail) {
+                            int batch, unsigned long long* acc, unsigned long long* inside,
+                            unsigned long long* stamp_cost, gvbench::Failure* fail) {
+    using namespace gv::detail;
     unsigned long long sum[kSteps] = {};
-    unsigned long long in[kStampCount] = {};
+    for (int k = 0; k < 32; ++k) gv_probe_acc[k] = 0;
+    // The probe's own cost: two stamps back to back, many times (slot 31 is no step's).
+    gv_probe_prev = clock64();
+    for (int k = 0; k < 100; ++k) gv_exec_probe_stamp(31);
+    *stamp_cost = gv_probe_acc[31] / 100;
+    unsigned long long warm[kStampCount + 2] = {};
     for (int i = 0; i < n; ++i) {
+        if (i == 10)
+            for (int k = 0; k < kStampCount + 2; ++k) warm[k] = gv_probe_acc[k];
         unsigned long long t0 = clock64();
         dev::Reservation res;
-        const Status rs = dev::sq_reserve_group(qp, 1, &res, kWaitForever);
+        const Status rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
         unsigned long long t1 = clock64();
-        Sge s{reinterpret_cast<uint64_t>(src), 8, lkey};
-        dev::build_sge_wqe(qp, res.pos, MLX5_OPCODE_RDMA_WRITE, kSignaled, 0, dst, rkey, &s, 1);
+        for (int b = 0; b < batch; ++b) {
+            Sge s{reinterpret_cast<uint64_t>(src + 8 * b), 8, lkey};
+            dev::build_sge_wqe(qp, res.pos + b, MLX5_OPCODE_RDMA_WRITE, b == batch - 1 ? kSignaled : 0, 0,
+                               dst + 8 * b, rkey, &s, 1);
+        }
         unsigned long long t2 = clock64();
         dev::sq_publish_group(qp, res);
         unsigned long long t3 = clock64();
         dev::sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready));
         unsigned long long t4 = clock64();
-        gv::detail::soft::progress(qp.soft.ctx, gv::detail::ThreadGroup{});
+        gv_probe_prev = t4;
+        soft::progress(qp.soft.ctx, ThreadGroup{});
         unsigned long long t5 = clock64();
+        gv_probe_acc[kStampCount] += t5 - gv_probe_prev;  // the last executor stamp to the return
         Completion c;
+        gv_probe_prev = clock64();
         while (dev::poll_cq(qp.scq, &c, 1) == 0) {
         }
         unsigned long long t6 = clock64();
+        gv_probe_acc[kStampCount + 1] += t6 - gv_probe_prev;
         if (rs != Status::Ok) {
             gvbench::record_failure(fail, gvbench::Step::Post, 0, qp.q.qpn, i, rs);
             return;
@@ -74,31 +106,32 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         if (i >= 10) {
             sum[0] += t1 - t0, sum[1] += t2 - t1, sum[2] += t3 - t2;
             sum[3] += t4 - t3, sum[4] += t5 - t4, sum[5] += t6 - t5;
-            using namespace gv::detail;
-            for (int k = kStampEnter; k < kStampRechecked; ++k) in[k] += gv_probe_stamps[k + 1] - gv_probe_stamps[k];
-            in[kStampRechecked] += t5 - gv_probe_stamps[kStampRechecked];
-            for (int k = kStampPollEnter; k < kStampPollRetired; ++k)
-                in[k] += gv_probe_stamps[k + 1] - gv_probe_stamps[k];
-            in[kStampPollRetired] += t6 - gv_probe_stamps[kStampPollRetired];
         }
     }
     for (int k = 0; k < kSteps; ++k) acc[k] = sum[k];
-    for (int k = 0; k < kStampCount; ++k) inside[k] = in[k];
+    // inside[k]: the interval that ends at stamp k (kStampEnter: from the doorbell record; the
+    // poll's first, kStampPollEnter, also counts the executor's return; kStampCount and +1:
+    // the last stamp of each step to its end).
+    for (int k = 0; k < kStampCount + 2; ++k) inside[k] = gv_probe_acc[k] - warm[k];
 }
 
 const char* const kUsage =
-    "usage: gv_probe_path [--peer-gpu N]\n"
+    "usage: gv_probe_path [--peer-gpu N] [--batch N]\n"
     "Where the time of one WRITE goes on the software device, step by step (reserve, build,\n"
     "publish, doorbell record, execute, poll), one CUDA thread on GPU 0, clock64. Needs a CUDA GPU.\n"
     "  --peer-gpu N   the responder QP and the target buffer on GPU N (1 .. 1023): a QP across GPUs\n"
+    "  --batch N      N WRITEs per iteration (1 .. 512), one doorbell, the last one signaled: one\n"
+    "                 drain executes N WQEs (default 1)\n"
     "  --help         this text\n"
     "Exit status: 0 measured, 1 failed (the reason on stderr), 2 bad usage.\n";
 
 int main(int argc, char** argv) {
     return gvcli::run(argc, argv, kUsage, [](gvcli::Args& args) {
         int peer = -1;
+        int batch = 1;
         while (args.next()) {
             if (args.is("--peer-gpu")) peer = int(args.integer(1, 1023));
+            else if (args.is("--batch")) batch = int(args.integer(1, 512));
             else args.unknown();
         }
         gvbench::require_gpu();
@@ -118,6 +151,7 @@ int main(int argc, char** argv) {
         ProtectionDomain& bpd = peer >= 0 ? *ppd : pd;
         CompletionQueue c0(ctx, {64}), c1(bctx, {64});
         QpOptions o;
+        o.sq_depth = 1024;  // room for --batch's largest drain
         o.send_cq = o.recv_cq = &c0;
         QueuePair a(pd, o);
         o.send_cq = o.recv_cq = &c1;
@@ -130,33 +164,42 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaSetDevice(0));
         MemoryRegion ms(pd, src.get(), 4096, kLocalWrite), md(bpd, dst.get(), 4096, kAllAccess);
         gvbench::Buffer<unsigned long long> acc(kSteps, gvbench::Mem::Managed);
-        gvbench::Buffer<unsigned long long> inside(kStampCount, gvbench::Mem::Managed);
+        gvbench::Buffer<unsigned long long> inside(kStampCount + 2, gvbench::Mem::Managed);
+        gvbench::Buffer<unsigned long long> stamp_cost(1, gvbench::Mem::Managed);
         gvbench::Buffer<gvbench::Failure> fail(1);
         CUDA_CHECK(cudaMemset(fail.get(), 0, sizeof(gvbench::Failure)));
-        const int n = 2010;
-        path_kernel<<<1, 1>>>(a.device_handle(), src.get(), ms.lkey(), uint64_t(dst.get()), md.rkey(), n,
-                              acc.get(), inside.get(), fail.get());
+        CUDA_CHECK(cudaDeviceSynchronize());  // the buffers' setup lands before the kernel runs
+        const int n = batch > 1 ? 410 : 2010;
+        path_kernel<<<1, 1>>>(a.device_handle(), src.get(), ms.lkey(), uint64_t(dst.get()), md.rkey(), n, batch,
+                              acc.get(), inside.get(), stamp_cost.get(), fail.get());
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaDeviceSynchronize());
         const gvbench::Failure f = gvbench::read_failure(fail.get());
         if (f.count) throw Error("the probe kernel failed: " + gvbench::describe(f, "WRITE"));
         int clk = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0));
+        const double per_iter = double(n - 10) * (clk / 1e6);  // clock ticks -> ns per iteration
         double total = 0;
-        std::printf("# gv_probe_path: one thread on GPU 0, 8-byte signaled WRITE to %s, %d iterations (SM clock %d MHz)\n",
-                    peer >= 0 ? ("GPU " + std::to_string(peer)).c_str() : "the same GPU", n - 10, clk / 1000);
+        std::printf("# gv_probe_path: one thread on GPU 0, %d 8-byte WRITE(s) per doorbell (the last signaled) to %s, "
+                    "%d iterations (SM clock %d MHz); a probe stamp costs %.1f ns (included below)\n",
+                    batch, peer >= 0 ? ("GPU " + std::to_string(peer)).c_str() : "the same GPU", n - 10, clk / 1000,
+                    double(*stamp_cost.get()) / (clk / 1e6));
+        std::printf("%-52s %12s %12s\n", "step", "ns/doorbell", "ns/WRITE");
         for (int k = 0; k < kSteps; ++k) {
-            double ns = double(acc.get()[k]) / (n - 10) / (clk / 1e6);
+            double ns = double(acc.get()[k]) / per_iter;
             total += ns;
-            std::printf("%-30s %10.1f ns\n", kStep[k], ns);
+            std::printf("%-52s %12.1f %12.1f\n", kStep[k], ns, ns / batch);
             if (k == kExecute || k == kPoll) {
                 const int first = k == kExecute ? gv::detail::kStampEnter : gv::detail::kStampPollEnter;
                 const int last = k == kExecute ? gv::detail::kStampRechecked : gv::detail::kStampPollRetired;
-                for (int j = first; j <= last; ++j)
-                    std::printf("%-42s %10.1f ns\n", kInside[j], double(inside.get()[j]) / (n - 10) / (clk / 1e6));
+                for (int j = first; j <= last + 1; ++j) {
+                    const int slot = j <= last ? j : (k == kExecute ? kStampCount : kStampCount + 1);
+                    const double v = double(inside.get()[slot]) / per_iter;
+                    std::printf("%-52s %12.1f %12.1f\n", kInside[slot], v, v / batch);
+                }
             }
         }
-        std::printf("%-30s %10.1f ns\n", "total", total);
+        std::printf("%-52s %12.1f %12.1f\n", "total", total, total / batch);
         return 0;
     });
 }

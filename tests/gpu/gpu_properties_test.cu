@@ -118,6 +118,84 @@ TEST(GpuProperties, RcOrderingDataThenFlagRacingThreadCommits) {
     run_ordering<Scope::Thread>(64, 300);
 }
 
+// Many threads committing on few QPs, every message small: each writer thread posts, per
+// round, a 24-byte data WRITE (through a data segment) and then an 8-byte inline flag WRITE,
+// and commits on its own (executors race for the QP's lock); the poller block checks for every
+// message that its data has landed once its flag has. These are the executor's fast-path
+// WQEs (exec.cuh, fast_run): several WQEs per drain, each next WQE read ahead, one fence each.
+constexpr uint32_t kWords = 3;  // data words per message
+
+__device__ uint64_t small_value(uint32_t slot, uint32_t w) { return 0x8000000000000000ull | (uint64_t(slot) << 8) | w; }
+
+__global__ void small_pairs_kernel(dev::QpHandle q0, dev::QpHandle q1, uint32_t writer_blocks, uint64_t* src,
+                                   uint32_t lkey, uint64_t* data, uint64_t* flags, uint32_t rkey, uint32_t rounds,
+                                   unsigned long long* errors) {
+    const uint32_t writers = writer_blocks * blockDim.x;
+    if (blockIdx.x < writer_blocks) {
+        const dev::QpHandle& qp = blockIdx.x < writer_blocks / 2 ? q0 : q1;
+        const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+        for (uint32_t r = 0; r < rounds; ++r) {
+            const uint32_t slot = r * writers + t;
+            for (uint32_t w = 0; w < kWords; ++w) src[size_t(slot) * kWords + w] = small_value(slot, w);
+            Status st = dev::write(qp, &src[size_t(slot) * kWords], 8 * kWords, lkey,
+                                   reinterpret_cast<uint64_t>(&data[size_t(slot) * kWords]), rkey, 0);
+            const uint64_t f = r + 1;
+            const uint32_t fl = threadIdx.x == blockDim.x - 1 ? kSignaled : 0;
+            if (st == Status::Ok)
+                st = dev::write_inline(qp, &f, 8, reinterpret_cast<uint64_t>(&flags[slot]), rkey, fl);
+            if (st == Status::Ok) st = dev::commit(qp);
+            if (st != Status::Ok) atomicAdd(errors, 1ull << 32);
+            __syncthreads();
+            // One signaled flag per block and round: its completion retires the block's slots.
+            if (threadIdx.x == 0 && dev::wait_send(qp, 1, nullptr, 5'000'000'000ull) != Status::Ok)
+                atomicAdd(errors, 1ull << 40);
+            __syncthreads();
+        }
+    } else {
+        // The poller: thread j checks messages j, j + blockDim.x, ... (round by round).
+        for (uint32_t slot = threadIdx.x; slot < rounds * writers; slot += blockDim.x) {
+            const uint64_t r = slot / writers;
+            if (!gvtest::wait_at_least<uint64_t>(&flags[slot], r + 1, 5'000'000'000ull)) {
+                atomicAdd(errors, 1ull << 48);
+                return;
+            }
+            for (uint32_t w = 0; w < kWords; ++w)
+                if (data[size_t(slot) * kWords + w] != small_value(slot, w)) atomicAdd(errors, 1ull);
+        }
+    }
+}
+
+TEST(GpuProperties, RcOrderingSmallWritesManyThreadsFewQps) {
+    GV_SKIP_WITHOUT_GPU();
+    gvtest::Pair p(gvtest::gpu_ctx(), QpOptions{nullptr, nullptr, 2048, 16});
+    const uint32_t blocks = 4, threads = 128, rounds = 100, msgs = blocks * threads * rounds;
+    // Data and flags in one region (one rkey): the flags right after the data.
+    DevBuf src(size_t(msgs) * kWords * 8), both(size_t(msgs) * (kWords + 1) * 8), err(8);
+    CUDA_OK(cudaMemset(both.p, 0, both.n));
+    CUDA_OK(cudaMemset(err.p, 0, 8));
+    CUDA_OK(cudaDeviceSynchronize());
+    MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite);
+    MemoryRegion mb(p.pd, both.p, both.n, kAllAccess);
+    uint64_t* bdata = both.get<uint64_t>();
+    uint64_t* bflags = bdata + size_t(msgs) * kWords;
+    small_pairs_kernel<<<blocks + 1, threads>>>(p.h(0), p.h(1), blocks, src.get<uint64_t>(), ms.lkey(), bdata, bflags,
+                                                mb.rkey(), rounds, err.get<unsigned long long>());
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long e = 0;
+    CUDA_OK(cudaMemcpy(&e, err.p, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(e, 0ull) << "data missing under a set flag: " << (e & 0xffffffff) << ", posts failed: " << ((e >> 32) & 0xff)
+                       << ", send waits failed: " << ((e >> 40) & 0xff) << ", poller timeouts: " << (e >> 48);
+    // And every byte landed once all is done.
+    std::vector<uint64_t> got(size_t(msgs) * kWords);
+    CUDA_OK(cudaMemcpy(got.data(), bdata, got.size() * 8, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (uint32_t slot = 0; slot < msgs; ++slot)
+        for (uint32_t w = 0; w < kWords; ++w)
+            wrong += got[size_t(slot) * kWords + w] != (0x8000000000000000ull | (uint64_t(slot) << 8) | w);
+    EXPECT_EQ(wrong, 0u);
+}
+
 // ---------------------------------------------------------------------------------------
 
 __global__ void small_rdma_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint64_t dst, uint32_t rkey,
