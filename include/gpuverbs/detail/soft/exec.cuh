@@ -553,7 +553,7 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 /// so its registers count against their block sizes: it keeps what it uses in locals (the
 /// configuration fields, ci, the published count, and each region as a FastRegion, with the
 /// checks that do not depend on the WQE done once), and leaves region lookups to fast_refill
-/// and fast_lookup, which are called, not inlined. gv_write_bw's kernel uses 106 registers
+/// and fast_lookup, which are called, not inlined. gv_write_bw's kernel uses 109 registers
 /// per thread with it (128 before the fast path). A first version that held whole MrCache
 /// copies took that kernel to 154, past what a 512-thread block may use
 /// (cudaErrorLaunchOutOfResources); one that was called instead of inlined fit in 128 but
