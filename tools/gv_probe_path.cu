@@ -83,7 +83,7 @@ __global__ void path_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint6
         unsigned long long t2 = clock64();
         dev::sq_publish_group(qp, res);
         unsigned long long t3 = clock64();
-        dev::sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready));
+        dev::sq_dbrec_to_published(qp);
         unsigned long long t4 = clock64();
         gv_probe_prev = t4;
         soft::progress(qp.soft.ctx, ThreadGroup{});

@@ -163,7 +163,14 @@ constexpr uint64_t kBoardSweepBudgetNs = 200000;
 /// Kernel `gen` of part `part` of the board (one block): serves the part's slots until a
 /// sweep finds nothing (or its time is up), says it is done (finished = gen), then sweeps
 /// once more (board.hpp says why that last sweep is enough).
-__global__ void __launch_bounds__(soft::kBoardThreads) board_kernel(soft::BoardHost* h, soft::BoardDev* d,
+///
+/// Registers: launched with kBoardThreads (256) threads, one block per part, so up to 255 per
+/// thread would fit; with __launch_bounds__(256) ptxas chose 128 and spilled about 500 bytes of
+/// the executor's leader state into local memory (ptxas -v). A cap of 192 (256 x 192 = 48 K of an
+/// SM's 64 K registers) compiles without spills (178 used, CUDA 13.0, sm_90). (__maxnreg__ and
+/// __launch_bounds__ cannot be given together; the launch uses exactly kBoardThreads.)
+static_assert(soft::kBoardThreads * 192 <= 65536, "a board block must fit an SM's registers");
+__global__ void __maxnreg__(192) board_kernel(soft::BoardHost* h, soft::BoardDev* d,
                                                                       uint32_t part, unsigned long long gen) {
     GV_STAGING_GROUP(g);
     const uint64_t t0 = atom::now_ns();

@@ -16,6 +16,19 @@ GV_HOST_DEVICE void sq_update_dbrec(const QpHandle& qp, unsigned long long ready
     mlx5::advance_dbrec(&qp.q.dbrec[MLX5_SND_DBR], uint32_t(ready), 16, qp.q.sys != 0);
 }
 
+/// Moves the send doorbell record forward to everything published so far (sq_ready, acquired:
+/// the WQEs of every publisher up to there are released with the record). The record's value
+/// is loaded (relaxed) before that acquire, so that the two loads overlap; the CAS that moves
+/// the record checks the belief (a stale one costs a failed CAS, which returns the value to
+/// retry with).
+GV_HOST_DEVICE void sq_dbrec_to_published(const QpHandle& qp) {
+    const bool sys = qp.q.sys != 0;
+    uint32_t* const rec = &qp.q.dbrec[MLX5_SND_DBR];
+    const uint32_t cur = atom::load_relaxed(rec, sys);
+    const unsigned long long ready = atom::load_acquire(&qp.q.ctr->sq_ready, sys);
+    mlx5::advance_dbrec_believing(rec, cur, uint32_t(ready), 16, sys);
+}
+
 /// Rings the doorbell for everything published so far. Scope says who calls: one thread,
 /// all active lanes of the warp, or every thread of the block. What happens next depends on
 /// the backend (detail/dispatch.cuh): on the software device the calling group executes the
@@ -38,7 +51,7 @@ GV_HOST_DEVICE Status commit(const QpHandle& qp) {
     // Every WQE the group published before the call is included.
     g.sync();
     const bool lead = g.leader();
-    if (lead) sq_update_dbrec(qp, atom::load_acquire(&qp.q.ctr->sq_ready, qp.q.sys != 0));
+    if (lead) sq_dbrec_to_published(qp);
     return detail::ring_send<S>(qp, g, lead);
 }
 

@@ -46,59 +46,64 @@ enum Action : uint32_t {
     kRnrWait = 2,  ///< the WQE at sq_ci waits for a receive on the peer
 };
 
-/// True when a published WQE waits at lc.ci. Reads the doorbell record once per drain, and
-/// with it the QP's state and its peer for the WQEs of that batch.
-GV_HOST_DEVICE bool next_published(QpContext* q, LeaderCache& lc) {
-    if (!lc.batches) {
-        lc.ci = q->sq_ci;
-        lc.scope = state_scope(q);
-    }
-    if (lc.pending == 0) {
-        // One batch per drain: work published later is found by progress()'s re-check
-        // after the lock is released.
-        if (lc.batches++) return false;
-        // The configuration, once per drain (QpConfig says why), loaded together with the
-        // record's address, ahead of the record's acquire: loads with no dependence between
-        // them overlap, and the acquire orders only what comes after it. Each dependent step
-        // here is a device-memory latency (about 0.2 us on the H200) on every drain's path:
-        // [configuration, record address] -> record (acquire) -> [state, peer] -> the peer's
-        // fields, four steps (seven when each load waited for the one before).
-        QpConfig& c = lc.cfg;
-        c.qpn = q->qpn;
-        c.pd = q->pd;
-        c.sq_log_bb = q->sq_log_bb;
-        c.max_inline = q->max_inline;
-        c.sys = q->sys;
-        c.sq = q->sq;
-        c.scq = q->scq;
-        c.local_mrs = q->local_mrs;
-        c.remote_mrs = q->remote_mrs;
-        // Acquire: the WQE bytes published up to the record are visible from here on, and so
-        // is the state of the QP that the committer saw when it published. A group that staged
-        // the WQEs has read it already, the same way.
-        uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(q->dbrec, c.sys != 0);
-        // The record holds the producer index's low 16 bits; rings are at most 2^15
-        // WQEBBs, so the difference modulo 2^16 is the published count.
-        lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
-        if (lc.pending == 0) return false;
-        const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
-        lc.state = load_state_relaxed(q, sys);
-        QpContext* const remote = q->remote;
-        // In ERROR every WQE flushes without the peer: a peer process that died is not read.
-        lc.r = sends_allowed(lc.state) ? remote : nullptr;
-        lc.peer_ok = false;
-        if (lc.r) {
-            // The peer's fields at once; whether they count is decided after.
-            const QpContext* const back = lc.r->remote;
-            const QpState rs = load_state_relaxed(lc.r, sys);
-            const uint32_t access = lc.r->access, ppd = lc.r->pd;
-            lc.peer_ok = back == q && receives_allowed(rs);
-            if (lc.peer_ok) {
-                c.peer_access = access;
-                c.peer_pd = ppd;
-            }
+/// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's
+/// state and configuration, the peer's), with the first published WQE's units (head) for
+/// fast_run. Work published later is found by progress()'s re-check after the lock is released.
+///
+/// Each dependent step here is a device-memory latency (0.15 to 0.3 us on the H200) that every
+/// drain waits for, a lone WQE's included, so the loads go in three rounds, each issued at once
+/// before anything waits for its values:
+///   1. the configuration, sq_ci and the record (acquire; its address read before the lock by
+///      progress());
+///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
+///      the QP's state, its peer, and the first WQE's units;
+///   3. the peer's fields, and (in fast_run) the two memory regions the first WQE names.
+/// fast_run then copies: the first WQE's bytes land four latencies after the lock.
+GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec) {
+    lc.batches = 1;
+    if (!lc.stage_n) lc.ci = q->sq_ci;
+    lc.scope = state_scope(q);
+    QpConfig& c = lc.cfg;
+    c.qpn = q->qpn;
+    c.pd = q->pd;
+    c.sq_log_bb = q->sq_log_bb;
+    c.max_inline = q->max_inline;
+    c.sys = q->sys;
+    c.sq = q->sq;
+    c.scq = q->scq;
+    c.local_mrs = q->local_mrs;
+    c.remote_mrs = q->remote_mrs;
+    // Acquire: the WQE bytes published up to the record are visible from here on, and so is
+    // the state of the QP that the committer saw when it published. A group that staged the
+    // WQEs has read it already, the same way.
+    const uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(dbrec, c.sys != 0);
+    // The record holds the producer index's low 16 bits; rings are at most 2^15 WQEBBs, so
+    // the difference modulo 2^16 is the published count.
+    lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
+    if (lc.pending == 0) return;
+    const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
+    lc.state = load_state_relaxed(q, sys);
+    QpContext* const remote = q->remote;
+    // In ERROR every WQE flushes without the peer: a peer process that died is not read.
+    lc.r = sends_allowed(lc.state) ? remote : nullptr;
+    lc.peer_ok = false;
+    if (lc.r) {
+        // The peer's fields at once; whether they count is decided after.
+        const QpContext* const back = lc.r->remote;
+        const QpState rs = load_state_relaxed(lc.r, sys);
+        const uint32_t access = lc.r->access, ppd = lc.r->pd;
+        lc.peer_ok = back == q && receives_allowed(rs);
+        if (lc.peer_ok) {
+            c.peer_access = access;
+            c.peer_pd = ppd;
         }
     }
+}
+
+/// True when a published WQE waits at lc.ci (load_batch read the record for this drain) and
+/// the QP's state lets it execute (or flush).
+GV_HOST_DEVICE bool next_published(LeaderCache& lc) {
+    if (lc.pending == 0) return false;
     if (!sends_allowed(lc.state) && !in_error(lc.state)) {
         lc.pending = 0;
         return false;
@@ -141,7 +146,7 @@ GV_HOST_DEVICE uint64_t resolve_remote(LeaderCache& lc, mlx5::RaddrFields ra, ui
     if (!(c.peer_access & need)) return 0;
     if (len == 0) return 1;
     return mr_resolve_cached(c.remote_mrs, lc.remote, ra.rkey, c.peer_pd, ra.raddr, len, need, rsys,
-                             c.remote_mrs.owner != c.local_mrs.owner);
+                             remote_foreign(c));
 }
 
 /// An atomic WQE (check_body accepted its shape): one 8-byte operation on the peer's
@@ -329,7 +334,7 @@ GV_HOST_DEVICE uint8_t plan_scatter(QpContext* q, LeaderCache& lc, unsigned long
 GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     p.nseg = 0;
     p.sys = 0;
-    if (!next_published(q, lc)) return kStop;
+    if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
     // while this group runs on the peer's GPU) is observed by threads of the other GPU: the
@@ -357,7 +362,8 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
     const mlx5::Violation v = w.check_body(lc.cfg.max_inline, kMaxSge);
     // The peer's region first: its loads then overlap the local lookup's (mr_fill).
-    if (mlx5::has_raddr(op)) mr_prefetch(lc.cfg.remote_mrs, lc.remote, w.raddr().rkey);
+    if (mlx5::has_raddr(op))
+        mr_prefetch(lc.cfg.remote_mrs, lc.remote, w.raddr().rkey, lc.cfg.peer_pd, remote_foreign(lc.cfg));
     GV_EXEC_STAMP(kStampChecked);
 
     if (mlx5::is_atomic(op)) {
@@ -412,22 +418,25 @@ inline constexpr uint64_t kLeaderBytes = 128;
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
-/// the whole group through q->plan.
+/// the whole group through q->plan. dbrec: the QP's doorbell record (progress() read its
+/// address before it took the lock).
 template <typename G>
-GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g) {
+GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     LeaderCache lc;  // meaningful in the leader only
 #if GV_DEVICE_CODE
     if constexpr (StageBbs<G>::value > 0) stage_wqes(q, g, lc);
 #endif
-    // Whether the WQE at sq_ci is worth offering to fast_run: after a WQE too large for it,
-    // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
-    // it too large, and once in prepare()).
+
+    // Whether the WQE at sq_ci is worth offering to fast_run: only after a WQE small enough for
+    // it (the one at sq_ci now is one that fast_run just left to prepare(); a stream of 4 KiB
+    // WRITEs would otherwise read each WQE twice, once in fast_run only to find it too large).
     bool try_fast = true;
     for (;;) {
         if (g.leader()) {
             uint32_t act;
             for (;;) {
-                if (try_fast && next_published(q, lc)) fast_run(q, lc);
+                if (!lc.batches) load_batch(q, lc, dbrec);
+                if (try_fast && next_published(lc)) fast_run(q, lc);
                 Plan p;
                 act = prepare(q, lc, p);
                 if (act != kExecute) break;
@@ -519,7 +528,7 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
         }
         if (!g.bcast(got)) return;  // the holder will run what we published
         GV_EXEC_STAMP(kStampLocked);
-        uint32_t why = drain(q, g);
+        uint32_t why = drain(q, g, dbrec);
         GV_EXEC_STAMP(kStampDrained);
         uint32_t again = 0;
         if (g.leader()) {

@@ -20,57 +20,73 @@ GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpContext* q) { return t.
 /// died nothing of it needs to be read.
 GV_HOST_DEVICE bool peer_in_process(const QpContext* q) { return q->remote_mrs.owner == q->local_mrs.owner; }
 
-/// The last region the leader resolved in a table: consecutive WQEs mostly use the same
-/// keys, and each lookup is a dependent chain of memory loads.
+/// The last region the leader resolved in a table, as the checks use it: consecutive WQEs
+/// mostly name the same keys, and each lookup is a memory load that later steps wait for.
+/// The checks that do not depend on the WQE (the entry held the key and was valid, its
+/// protection domain is the one the lookup named, a foreign table's region is shared) are
+/// done once, when the entry is loaded, and kept as one bit of `access` (kMrUsable).
+///
+/// A cache serves one table with one protection domain and one foreign rule: the leader's
+/// local cache the QP's own table (its PD, never foreign), the remote cache the peer's table
+/// (the peer's PD, foreign when another process registered it). A lookup in another table
+/// (tab differs) reloads, so the cache never answers for a table it was not loaded from.
+/// Small on purpose: the leader cache is inlined into every kernel that drains, and each
+/// word of it is a register there (see fast.cuh).
 struct MrCache {
     const MrEntry* tab = nullptr;
     uint32_t key = 0;
-    uint32_t found = 0;  ///< the entry held `key` and was valid when loaded
-    uint32_t pd = 0, access = 0, sys = 0, shared = 0;
+    uint32_t access = 0;  ///< the entry's gv::Access bits, and kMrUsable when it may be used at all
+    uint32_t sys = 0;     ///< MrEntry::sys
     uint64_t addr = 0, length = 0;
     int64_t xlate = 0;
 };
+inline constexpr uint32_t kMrUsable = 1u << 31;
 
-/// Loads key's entry of table t into c: every field at once, checked afterwards, so the
-/// lookup costs one load's latency (loading `valid` first and the rest after its branch
-/// cost two, and a third when the caller then read the fields). A WQE's two lookups (local
-/// and peer) are issued back to back and overlap too: prepare() fills the peer's first.
-/// Relaxed: registration completed (host side) before the key was handed to posters.
-GV_HOST_DEVICE void mr_fill(const MrTable& t, MrCache& c, uint32_t key) {
+/// Loads key's entry of table t into c, with the lookup's protection domain pd and foreign
+/// rule: every field at once, checked afterwards, so a lookup costs one load's latency
+/// (loading `valid` first and the rest after its branch cost two). A WQE's two lookups
+/// (local and peer) are issued back to back and overlap too. Relaxed: registration completed
+/// (host side) before the key was handed to posters.
+GV_HOST_DEVICE void mr_fill(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd, bool foreign) {
     c.tab = t.entries;
     c.key = key;
-    c.found = 0;
+    c.access = 0;
     const uint32_t idx = key >> 8;
     if (t.entries == nullptr || idx >= t.capacity) return;
     const MrEntry* e = &t.entries[idx];
     const uint32_t valid = atom::load_relaxed(&e->valid);
-    const uint32_t k = e->key;
-    c.pd = e->pd;
-    c.access = e->access;
+    const uint32_t k = e->key, epd = e->pd, access = e->access, shared = e->shared;
     c.sys = e->sys;
-    c.shared = e->shared;
     c.addr = e->addr;
     c.length = e->length;
     c.xlate = e->xlate;
-    c.found = valid && k == key;
+    const bool usable = valid && k == key && epd == pd && (!foreign || shared);
+    c.access = usable ? ((access & ~kMrUsable) | kMrUsable) : 0;
 }
 
 /// mr_fill unless c already holds key's entry of t.
-GV_HOST_DEVICE void mr_prefetch(const MrTable& t, MrCache& c, uint32_t key) {
-    if (c.tab != t.entries || c.key != key || !c.tab) mr_fill(t, c, key);
+GV_HOST_DEVICE void mr_prefetch(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd, bool foreign) {
+    if (c.tab != t.entries || c.key != key || !c.tab) mr_fill(t, c, key, pd, foreign);
 }
 
+/// The executor pointer of [addr, addr + len) in the region c holds, or 0 when it may not be
+/// used with `need` (not usable, missing access, out of bounds). *sys |= the region's scope.
+GV_HOST_DEVICE uint64_t mr_check(const MrCache& c, uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys) {
+    need |= kMrUsable;
+    if ((c.access & need) != need) return 0;
+    if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
+    if (sys) *sys |= c.sys;
+    const uint64_t p = uint64_t(int64_t(addr) + c.xlate);
+    return p ? p : 1;
+}
+
+/// Resolves [addr, addr + len) under key in table t (through the cache c) for `need`: the
+/// executor pointer, or 0 when the key names no usable region of t for this access.
 GV_HOST_DEVICE uint64_t mr_resolve_cached(const MrTable& t, MrCache& c, uint32_t key, uint32_t pd,
                                           uint64_t addr, uint64_t len, uint32_t need, uint32_t* sys,
                                           bool foreign = false) {
-    mr_prefetch(t, c, key);
-    if (!c.found) return 0;
-    if (c.pd != pd || (c.access & need) != need) return 0;
-    if (foreign && !c.shared) return 0;
-    if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
-    if (sys) *sys |= c.sys;
-    uint64_t p = uint64_t(int64_t(addr) + c.xlate);
-    return p ? p : 1;
+    mr_prefetch(t, c, key, pd, foreign);
+    return mr_check(c, addr, len, need, sys);
 }
 
 /// The executing QP's configuration (what the host wrote before it moved the QP to a state
@@ -94,6 +110,9 @@ struct QpConfig {
     uint32_t peer_access = 0;
     uint32_t peer_pd = 0;
 };
+
+/// True when the peer's table belongs to another process: only its shared regions may be used.
+GV_HOST_DEVICE bool remote_foreign(const QpConfig& c) { return c.remote_mrs.owner != c.local_mrs.owner; }
 
 /// What the group's leader remembers across the WQEs of one drain, so that the doorbell
 /// record, QP states, the QP's configuration and regions are not re-read (with acquire loads,
