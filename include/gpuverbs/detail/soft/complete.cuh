@@ -28,7 +28,7 @@ GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outc
     }
     if (!cq_push(r->rcq, f) || o.resp_syndrome) {
         enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.peer_ok = false;
+        lc.peer_up = false;
     }
 }
 
@@ -83,7 +83,7 @@ GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
     // (responder_refused says why). Its syndrome is the NAK's; its receives flush.
     if (!o.resp_kind && lc.r && responder_refused(o.req_syndrome)) {
         enter_error(lc.r, o.req_syndrome);
-        lc.peer_ok = false;
+        lc.peer_up = false;
     }
     const bool ok = complete_requester(lc, o);
     GV_EXEC_STAMP(kStampCqe);

@@ -81,19 +81,24 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     // the difference modulo 2^16 is the published count.
     lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
     if (lc.pending == 0) return;
+#if GV_DEVICE_CODE
+    // The first WQE's line, on its way into L1 while the state and peer are read (fast_run's
+    // load of it then waits little). A prefetch holds no register; issued after the acquire.
+    if (!lc.stage_n) asm volatile("prefetch.global.L1 [%0];" ::"l"(mlx5::wqe_seg(c.sq, c.sq_log_bb, lc.ci, 0)));
+#endif
     const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
     lc.state = load_state_relaxed(q, sys);
     QpContext* const remote = q->remote;
     // In ERROR every WQE flushes without the peer: a peer process that died is not read.
     lc.r = sends_allowed(lc.state) ? remote : nullptr;
-    lc.peer_ok = false;
+    lc.peer_up = false;
     if (lc.r) {
         // The peer's fields at once; whether they count is decided after.
         const QpContext* const back = lc.r->remote;
         const QpState rs = load_state_relaxed(lc.r, sys);
         const uint32_t access = lc.r->access, ppd = lc.r->pd;
-        lc.peer_ok = back == q && receives_allowed(rs);
-        if (lc.peer_ok) {
+        lc.peer_up = back == q && receives_allowed(rs);
+        if (lc.peer_up) {
             c.peer_access = access;
             c.peer_pd = ppd;
         }
@@ -359,7 +364,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
         return kExecute;
     }
     // Remote end: a QP of ours connected back to this one, ready to receive.
-    if (!lc.peer_ok) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    if (!lc.peer_up) return fail(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
     const mlx5::Violation v = w.check_body(lc.cfg.max_inline, kMaxSge);
     // The peer's region first: its loads then overlap the local lookup's (mr_fill).
     if (mlx5::has_raddr(op))

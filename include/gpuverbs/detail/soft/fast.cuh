@@ -104,8 +104,8 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
 /// Per WQE it issues the next published WQE's loads before it executes this one.
 GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc) {
-    // Whether the peer may be written (lc.peer_ok) is known one load round after the state: it
-    // is tested after this WQE's region loads are issued, so that the two rounds overlap.
+    // Whether the peer may be written (lc.peer_up) is known one load round after the state:
+    // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
     if (lc.pending == 0 || !sends_allowed(lc.state)) return;
     const QpConfig& cfg = lc.cfg;
     const bool foreign = remote_foreign(cfg);
@@ -130,7 +130,7 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc) {
         // so that the two entries' loads are in flight together, as in prepare().
         mr_prefetch(cfg.remote_mrs, lc.remote, ra.rkey, cfg.peer_pd, foreign);
         if (!inl) mr_prefetch(cfg.local_mrs, lc.local, d.lkey, cfg.pd, false);
-        if (!lc.peer_ok) break;  // prepare() fails it: TRANSPORT_RETRY_EXC_ERR
+        if (!lc.peer_up) break;  // prepare() fails it: TRANSPORT_RETRY_EXC_ERR
         GV_EXEC_STAMP(kStampLocal);
         uint32_t sys = lc.scope;  // as prepare()'s p.sys
         uint64_t len, lp;

@@ -105,7 +105,7 @@ struct QpConfig {
     CqState* scq = nullptr;
     MrTable local_mrs{};
     MrTable remote_mrs{};
-    /// The peer's part (valid while LeaderCache::peer_ok): the access it allows as
+    /// The peer's part (valid while LeaderCache::peer_up): the access it allows as
     /// responder and its protection domain.
     uint32_t peer_access = 0;
     uint32_t peer_pd = 0;
@@ -122,7 +122,9 @@ struct LeaderCache {
     uint32_t batches = 0;  ///< doorbell-record reads so far
     unsigned long long ci = 0;  ///< sq_ci as the leader advances it
     QpState state = QpState::Reset;
-    bool peer_ok = false;
+    /// The remote end is a QP of ours connected back to this one, ready to receive (read once
+    /// per drain; an error that moves the peer to ERROR during the drain clears it).
+    bool peer_up = false;
     /// state_scope() of the QP: kScopePeer while its peer is on another GPU (read once per drain).
     uint32_t scope = kScopeGpu;
     QpContext* r = nullptr;
