@@ -47,21 +47,23 @@ enum Action : uint32_t {
 };
 
 /// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's
-/// state and configuration, the peer's), with the first published WQE's units (head) for
-/// fast_run. Work published later is found by progress()'s re-check after the lock is released.
+/// state and configuration, the peer's). Work published later is found by progress()'s
+/// re-check after the lock is released.
 ///
 /// Each dependent step here is a device-memory latency (0.15 to 0.3 us on the H200) that every
-/// drain waits for, a lone WQE's included, so the loads go in three rounds, each issued at once
-/// before anything waits for its values:
+/// drain waits for, a lone WQE's included, so the loads go in rounds, each issued whole before
+/// anything waits for its values:
 ///   1. the configuration, sq_ci and the record (acquire; its address read before the lock by
 ///      progress());
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
-///      the QP's state, its peer, and the first WQE's units;
-///   3. the peer's fields, and (in fast_run) the two memory regions the first WQE names.
-/// fast_run then copies: the first WQE's bytes land four latencies after the lock.
+///      the QP's state and peer, and a prefetch of the first WQE's line into L1;
+///   3. the peer's fields; then (fast_run) the first WQE from L1, and its two memory regions.
+/// Holding the first WQE's units in registers from round 2 on, rather than prefetching its
+/// line, took gv_write_bw's kernel from 128 to 168 registers (ptxas), past what a 512-thread
+/// block may use.
 GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec) {
     lc.batches = 1;
-    if (!lc.stage_n) lc.ci = q->sq_ci;
+    lc.ci = q->sq_ci;
     lc.scope = state_scope(q);
     QpConfig& c = lc.cfg;
     c.qpn = q->qpn;
@@ -83,7 +85,9 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     if (lc.pending == 0) return;
 #if GV_DEVICE_CODE
     // The first WQE's line, on its way into L1 while the state and peer are read (fast_run's
-    // load of it then waits little). A prefetch holds no register; issued after the acquire.
+    // load of it then waits little); a prefetch holds no register. It cannot fetch the line
+    // before the record's acquire has completed, whose L1 invalidation would then miss it: it
+    // comes after the branch on the acquired value above.
     if (!lc.stage_n) asm volatile("prefetch.global.L1 [%0];" ::"l"(mlx5::wqe_seg(c.sq, c.sq_log_bb, lc.ci, 0)));
 #endif
     const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
