@@ -56,6 +56,39 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
 
 // ---- receive queue ------------------------------------------------------------------
 
+/// A QP's receive side as its peer's executor reads it: the configuration the host wrote
+/// before the QP could receive, loaded in one round (rq_view), where each field loaded where
+/// it was first used cost a device-memory latency of its own, one after another.
+struct RqView {
+    const uint32_t* dbrec;  ///< its doorbell records
+    const uint8_t* rq;      ///< its receive ring
+    uint32_t log_cnt;       ///< log2 of receive WQEs
+    uint32_t log_stride;    ///< log2 of bytes per receive WQE
+    uint32_t sys;           ///< QpContext::sys: its queues' scope
+    uint32_t scope;         ///< state_scope(): the scope of RMWs on its rq_ci
+    uint32_t pd;
+    MrTable mrs;  ///< its own regions (where its receive lists point)
+};
+
+GV_HOST_DEVICE RqView rq_view(const QpContext* r) {
+    RqView v;
+    v.dbrec = r->dbrec;
+    v.rq = r->rq;
+    v.log_cnt = r->rq_log_cnt;
+    v.log_stride = r->rq_log_stride;
+    v.sys = r->sys;
+    v.scope = atom::load_relaxed(&r->xgpu) ? kScopePeer : kScopeGpu;  // state_scope(r)
+    v.pd = r->pd;
+    v.mrs = r->local_mrs;
+    return v;
+}
+
+/// The receive WQE at index idx of the ring v describes.
+GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const RqView& v, unsigned long long idx) {
+    const uint64_t mask = (1ull << v.log_cnt) - 1;
+    return reinterpret_cast<const mlx5_wqe_data_seg*>(v.rq + ((idx & mask) << v.log_stride));
+}
+
 GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const QpContext* q, unsigned long long idx) {
     uint64_t mask = (1ull << q->rq_log_cnt) - 1;
     return reinterpret_cast<const mlx5_wqe_data_seg*>(q->rq + ((idx & mask) << q->rq_log_stride));
