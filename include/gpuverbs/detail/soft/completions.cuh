@@ -77,7 +77,7 @@ GV_HOST_DEVICE RqView rq_view(const QpContext* r) {
     v.log_cnt = r->rq_log_cnt;
     v.log_stride = r->rq_log_stride;
     v.sys = r->sys;
-    v.scope = atom::load_relaxed(&r->xgpu) ? kScopePeer : kScopeGpu;  // state_scope(r)
+    v.scope = state_scope(r);
     v.pd = r->pd;
     v.mrs = r->local_mrs;
     return v;
@@ -87,11 +87,6 @@ GV_HOST_DEVICE RqView rq_view(const QpContext* r) {
 GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const RqView& v, unsigned long long idx) {
     const uint64_t mask = (1ull << v.log_cnt) - 1;
     return reinterpret_cast<const mlx5_wqe_data_seg*>(v.rq + ((idx & mask) << v.log_stride));
-}
-
-GV_HOST_DEVICE const mlx5_wqe_data_seg* rq_wqe(const QpContext* q, unsigned long long idx) {
-    uint64_t mask = (1ull << q->rq_log_cnt) - 1;
-    return reinterpret_cast<const mlx5_wqe_data_seg*>(q->rq + ((idx & mask) << q->rq_log_stride));
 }
 
 /// Posted but unconsumed receive WQEs (the producer index is 16 bits in the dbrec).
