@@ -62,9 +62,6 @@ GV_HOST_DEVICE FastRing fast_ring(const LeaderCache& lc) {
     return FastRing{lc.cfg.sq, lc.cfg.sq_log_bb, lc.stage_n, static_cast<const uint8_t*>(lc.stage), lc.stage_ci};
 }
 
-/// The first units of the WQE at sq_ci (published), for fast_run.
-GV_HOST_DEVICE FastWqe fast_head(const LeaderCache& lc) { return fast_ring(lc).load(lc.ci); }
-
 /// Copies len (1 .. kFastBytes) bytes: with 8-byte alignment every load is issued before the
 /// first store (d and s may overlap: the loads then see the bytes as they were, as prepare()'s
 /// one-thread copy of a range this small does too), else copy_small's widest aligned steps.
@@ -102,7 +99,7 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 /// address: an earlier version that looked regions up in a called function kept the whole
 /// leader cache in local memory for all of drain() (stack 976 -> 1232 bytes in gv_write_bw's
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
-/// Per WQE it issues the next published WQE's loads before it executes this one.
+/// Per WQE it issues the next published WQE's loads before it copies this one.
 GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
