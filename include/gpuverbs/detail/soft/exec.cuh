@@ -56,11 +56,14 @@ enum Action : uint32_t {
 ///   1. the configuration, sq_ci and the record (acquire; its address read before the lock by
 ///      progress());
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
-///      the QP's state and peer, and a prefetch of the first WQE's line into L1;
-///   3. the peer's fields; then (fast_run) the first WQE from L1, and its two memory regions.
-/// Holding the first WQE's units in registers from round 2 on, rather than prefetching its
-/// line, took gv_write_bw's kernel from 128 to 168 registers (ptxas), past what a 512-thread
-/// block may use.
+///      the QP's state and peer;
+///   3. the peer's fields; then (fast_run) the first WQE, and its two memory regions.
+/// Loading the first WQE's units in round 2 and holding them in registers took gv_write_bw's
+/// kernel from 128 to 168 registers (ptxas), past what a 512-thread block may use. A prefetch of
+/// its line into L1 there (no register) was tried and removed: nothing orders a prefetch after
+/// the record's acquire (it is a hint, outside the memory model, which the compiler may move
+/// above the branch on the acquired value), so it could fill L1 with WQE bytes older than the
+/// record, and the drain would read them.
 GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec) {
     lc.batches = 1;
     lc.ci = q->sq_ci;
@@ -83,13 +86,6 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     // the difference modulo 2^16 is the published count.
     lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
     if (lc.pending == 0) return;
-#if GV_DEVICE_CODE
-    // The first WQE's line, on its way into L1 while the state and peer are read (fast_run's
-    // load of it then waits little); a prefetch holds no register. It cannot fetch the line
-    // before the record's acquire has completed, whose L1 invalidation would then miss it: it
-    // comes after the branch on the acquired value above.
-    if (!lc.stage_n) asm volatile("prefetch.global.L1 [%0];" ::"l"(mlx5::wqe_seg(c.sq, c.sq_log_bb, lc.ci, 0)));
-#endif
     const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
     lc.state = load_state_relaxed(q, sys);
     QpContext* const remote = q->remote;
