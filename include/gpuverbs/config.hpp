@@ -8,14 +8,10 @@
 #define GV_HOST_DEVICE __host__ __device__ __forceinline__
 #define GV_DEVICE __device__ __forceinline__
 #define GV_HOST __host__ inline
-// Not inlined into its callers: for device code that the executor reaches from every kernel
-// that drains (the users' own too), so that its registers do not add to theirs.
-#define GV_HOST_DEVICE_NOINLINE __host__ __device__ __noinline__ inline
 #else
 #define GV_HOST_DEVICE inline
 #define GV_DEVICE inline
 #define GV_HOST inline
-#define GV_HOST_DEVICE_NOINLINE inline
 #endif
 
 // True while compiling device code (the __CUDA_ARCH__ pass of nvcc).

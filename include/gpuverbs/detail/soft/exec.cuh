@@ -250,8 +250,8 @@ enum class Receive {
     Exceeded,  ///< none posted and the RNR retries are spent: RNR_RETRY_EXC_ERR
 };
 
-/// Claims the peer's (lc.r's) next posted receive WQE (its index in *rc), or applies the RNR
-/// rules when none is posted. v: the peer's receive side (rq_view, loaded before the local
+/// Claims the peer r's next posted receive WQE (its index in *rc), or applies the RNR
+/// rules when none is posted. v: r's receive side (rq_view, loaded before the local
 /// lookup), so that the peer's rq_ci and its receive record are read in one round: rq_ci
 /// relaxed (only this QP's executor, the lock holder, and the peer's own flushes in ERROR move
 /// it, and the CAS checks the value), the record with acquire (the receive WQEs it covers are
@@ -262,8 +262,7 @@ enum class Receive {
 /// that would save the record's read for most SENDs: the three words it takes in the leader
 /// cache, live through all of drain(), took gv_write_bw's kernel from 128 to 140 registers
 /// (ptxas, CUDA 13.0), past what a 512-thread block may use.
-GV_HOST_DEVICE Receive take_receive(QpContext* q, LeaderCache& lc, const RqView& v, unsigned long long* rc) {
-    QpContext* const r = lc.r;
+GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, const RqView& v, unsigned long long* rc) {
     // r's rq_ci is also claimed by r's own flushes (on r's GPU): system scope on two GPUs.
     unsigned long long c = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
     for (;;) {
@@ -408,7 +407,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
             unsigned long long rc = 0;
             const bool rsys = rv.scope != kScopeGpu;  // its rq_ci: take_receive's scope
             if (op == MLX5_OPCODE_RDMA_WRITE_IMM && rq_pending(lc.r, atom::load_acquire(&lc.r->rq_ci, rsys)) != 0 &&
-                take_receive(q, lc, rv, &rc) == Receive::Taken) {
+                take_receive(q, lc.r, rv, &rc) == Receive::Taken) {
                 o.rq_index = uint16_t(rc);
                 o.resp_kind = MLX5_CQE_RESP_WR_IMM;
                 o.resp_syndrome = MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR;
@@ -419,7 +418,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     GV_EXEC_STAMP(kStampRemote);
     if (mlx5::consumes_receive(op)) {
         unsigned long long rc = 0;
-        const Receive got = take_receive(q, lc, rv, &rc);
+        const Receive got = take_receive(q, lc.r, rv, &rc);
         if (got == Receive::Wait) return kRnrWait;
         if (got == Receive::Exceeded) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
         o.rq_index = uint16_t(rc);
@@ -448,10 +447,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
 #if GV_DEVICE_CODE
     if constexpr (StageBbs<G>::value > 0) stage_wqes(q, g, lc);
 #endif
-
-    // Whether the WQE at sq_ci is worth offering to fast_run: only after a WQE small enough for
-    // it (the one at sq_ci now is one that fast_run just left to prepare(); a stream of 4 KiB
-    // WRITEs would otherwise read each WQE twice, once in fast_run only to find it too large).
+    // Whether the WQE at sq_ci is worth offering to fast_run: after a WQE too large for it,
+    // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
+    // it too large, and once in prepare()).
     bool try_fast = true;
     for (;;) {
         if (g.leader()) {

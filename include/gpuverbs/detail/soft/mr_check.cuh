@@ -9,11 +9,6 @@ namespace gv::detail::soft {
 
 // ---- memory-region checks -----------------------------------------------------------
 
-/// True when table t belongs to another process than the executing QP q (whose own table is
-/// local_mrs): then only regions in the owner's shared arena may be touched, a private
-/// address of another process means nothing here.
-GV_HOST_DEVICE bool mr_foreign(const MrTable& t, const QpContext* q) { return t.owner != q->local_mrs.owner; }
-
 /// True when q's peer belongs to q's own process. An executor runs only its own process's
 /// QPs: another process's WQEs point at that process's private memory too. Reads q's own
 /// state only (remote_mrs is q's copy of the peer's table descriptor): after a peer process
@@ -119,7 +114,7 @@ GV_HOST_DEVICE bool remote_foreign(const QpConfig& c) { return c.remote_mrs.owne
 /// or loads that a later step waits for) for every WQE.
 struct LeaderCache {
     uint32_t pending = 0;  ///< WQEBBs known to be published past sq_ci
-    uint32_t batches = 0;  ///< doorbell-record reads so far
+    uint32_t batches = 0;  ///< 1 once load_batch read the record for this drain
     unsigned long long ci = 0;  ///< sq_ci as the leader advances it
     QpState state = QpState::Reset;
     /// The remote end is a QP of ours connected back to this one, ready to receive (read once
