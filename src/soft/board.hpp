@@ -73,13 +73,18 @@ struct BoardSlot {
 struct BoardDev {
     uint32_t slots;  ///< how many slots the board has
     uint32_t stats;  ///< 1: the kernels count what they do (GV_DOORBELL_BOARD_STATS=1)
-    uint32_t pad[2];
+    /// How long a kernel keeps sweeping while it finds work (ns; GV_DOORBELL_BOARD_SWEEP_NS).
+    unsigned long long sweep_ns;
     /// With stats: kernels' lifetimes, time in serve(), WQEBBs executed, sweeps (ns, counts).
     unsigned long long kernel_ns, serve_ns, wqebbs, sweeps;
     BoardSlot slot[1];  ///< [slots]
 };
 
 constexpr uint32_t kBoardDefaultSlots = 1024;
+/// How long a board kernel keeps sweeping while it finds work, by default (ns). Bounded, so
+/// that a CPU thread that never stops posting cannot keep one kernel running for ever (a
+/// cudaDeviceSynchronize elsewhere would wait for it): the next doorbell launches the next.
+constexpr unsigned long long kBoardDefaultSweepNs = 200000;
 constexpr uint32_t kBoardThreads = 256;    ///< threads per block
 
 }  // namespace gv::detail::soft

@@ -155,14 +155,17 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t part
     return any;
 }
 
-/// How long a board kernel keeps sweeping while it finds work (ns). Bounded, so that a CPU
-/// thread that never stops posting cannot keep one kernel running for ever (a
-/// cudaDeviceSynchronize elsewhere would wait for it): the next doorbell launches the next.
-constexpr uint64_t kBoardSweepBudgetNs = 200000;
-
 /// Kernel `gen` of part `part` of the board (one block): serves the part's slots until a
-/// sweep finds nothing (or its time is up), says it is done (finished = gen), then sweeps
-/// once more (board.hpp says why that last sweep is enough).
+/// sweep finds nothing (or its time, d->sweep_ns, is up), says it is done (finished = gen),
+/// then sweeps once more (board.hpp says why that last sweep is enough).
+///
+/// Whether to sweep again is the leader's decision, broadcast to the block. Each thread
+/// reading the clock itself (as this loop once did) lets the warps disagree when the time runs
+/// out: warps that left the loop then meet the others' barriers with their own, the block's
+/// barriers no longer pair up, and threads read the stage header of another drain. On the
+/// H200 that lost WQEs: a drain's WQEs staged by warps 1 to 7 (WQEBBs 8 to 63 of its stage)
+/// held other ring slots, and the first of them failed LOCAL_QP_OP_ERR, in about one run in
+/// four of CpuDoorbells.ThreadsOnTheirOwnQpsLoseNothing repeated in one process.
 ///
 /// Registers: launched with kBoardThreads (256) threads, one block per part, so up to 255 per
 /// thread would fit; with __launch_bounds__(256) ptxas chose 128 and spilled about 500 bytes of
@@ -174,7 +177,11 @@ __global__ void __maxnreg__(192) board_kernel(soft::BoardHost* h, soft::BoardDev
                                                                       uint32_t part, unsigned long long gen) {
     GV_STAGING_GROUP(g);
     const uint64_t t0 = atom::now_ns();
-    while (sweep(h, d, part, g) && atom::now_ns() - t0 < kBoardSweepBudgetNs) {
+    for (;;) {
+        const bool found = sweep(h, d, part, g);  // the same in every thread
+        uint32_t again = 0;
+        if (g.leader()) again = found && atom::now_ns() - t0 < d->sweep_ns ? 1 : 0;
+        if (!g.bcast(again)) break;
     }
     if (g.leader()) {
         atom::store_relaxed(&h->finished[part].gen, gen, true);
@@ -303,11 +310,26 @@ uint32_t board_slots_wanted() {
                            ": expected a number of slots from 0 (no board) to 65535");
     return uint32_t(v);
 }
+
+/// GV_DOORBELL_BOARD_SWEEP_NS: how long a board kernel keeps sweeping while it finds work
+/// (default kBoardDefaultSweepNs). Longer saves launches under steady CPU posting; shorter
+/// lets a cudaDeviceSynchronize elsewhere return sooner.
+unsigned long long board_sweep_ns_wanted() {
+    const char* e = std::getenv("GV_DOORBELL_BOARD_SWEEP_NS");
+    if (!e || !*e) return soft::kBoardDefaultSweepNs;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(e, &end, 10);
+    if (*end || *e == '-' || v > 1000000000ull)
+        throw InvalidUsage(std::string("GV_DOORBELL_BOARD_SWEEP_NS=") + e +
+                           ": expected nanoseconds from 0 (one sweep per kernel) to 1000000000 (1 s)");
+    return v;
+}
 }  // namespace
 
 Board* board_open(int gpu) {
     const uint32_t slots = board_slots_wanted();
     if (slots == 0) return nullptr;
+    const unsigned long long sweep_ns = board_sweep_ns_wanted();  // before anything is allocated
     DeviceGuard guard(gpu);
     auto b = std::make_unique<Board>();
     b->gpu = gpu;
@@ -335,6 +357,7 @@ Board* board_open(int gpu) {
     reinterpret_cast<soft::BoardDev*>(init.data())->slots = slots;
     const char* st = std::getenv("GV_DOORBELL_BOARD_STATS");
     reinterpret_cast<soft::BoardDev*>(init.data())->stats = st && *st == '1' ? 1 : 0;
+    reinterpret_cast<soft::BoardDev*>(init.data())->sweep_ns = sweep_ns;
     try {
         copy_to_device(dp, init.data(), dev_bytes);
     } catch (...) {

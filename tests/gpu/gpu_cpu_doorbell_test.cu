@@ -176,6 +176,34 @@ TEST(CpuDoorbells, NoBoardLaunchesPerDoorbell) {
     run_lanes(4, 1024, 16);
 }
 
+// Board kernels whose time runs out while they still find work, again and again: each block
+// must agree on when to stop. Warps that once read the clock each for themselves disagreed
+// now and then at the 200 us default, their barriers stopped pairing up, and a drain's WQEs
+// staged by warps 1 to 7 were other ring slots (LOCAL_QP_OP_ERR, words not written). A budget
+// of 2 us ends nearly every busy kernel mid-work, so that the race, if it came back, would
+// have many more chances than at the default.
+TEST(CpuDoorbells, KernelsOutOfTimeMidWorkLoseNothing) {
+    GV_SKIP_WITHOUT_GPU();
+    EnvVar env("GV_DOORBELL_BOARD_SWEEP_NS", "2000");
+    run_lanes(8, 4096, 64);
+}
+
+TEST(CpuDoorbells, BadSweepTimeIsRefused) {
+    GV_SKIP_WITHOUT_GPU();
+    for (const char* bad : {"soon", "-5", "2000000000"}) {
+        EnvVar env("GV_DOORBELL_BOARD_SWEEP_NS", bad);
+        try {
+            Context ctx = gvtest::gpu_ctx();
+            ADD_FAILURE() << "a Context opened with GV_DOORBELL_BOARD_SWEEP_NS=" << bad;
+        } catch (const InvalidUsage& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("GV_DOORBELL_BOARD_SWEEP_NS=") + bad), std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("0 (one sweep per kernel) to 1000000000"), std::string::npos)
+                << e.what();
+        }
+    }
+}
+
 TEST(CpuDoorbells, BadBoardSizeIsRefused) {
     GV_SKIP_WITHOUT_GPU();
     EnvVar env("GV_DOORBELL_BOARD_SLOTS", "lots");
