@@ -176,16 +176,17 @@ TEST(CpuDoorbells, NoBoardLaunchesPerDoorbell) {
     run_lanes(4, 1024, 16);
 }
 
-// Board kernels whose time runs out while they still find work, again and again: each block
-// must agree on when to stop. Warps that once read the clock each for themselves disagreed
-// now and then at the 200 us default, their barriers stopped pairing up, and a drain's WQEs
-// staged by warps 1 to 7 were other ring slots (LOCAL_QP_OP_ERR, words not written). A budget
-// of 2 us ends nearly every busy kernel mid-work, so that the race, if it came back, would
-// have many more chances than at the default.
+// Board kernels whose time runs out while they still find work: each block must agree on
+// when to stop. Warps that once read the clock each for themselves disagreed when the time
+// ran out between their reads, their barriers stopped pairing up, and a drain's WQEs staged by
+// warps 1 to 7 were other ring slots (LOCAL_QP_OP_ERR, words not written): on the H200 in about
+// one run in five of ThreadsOnTheirOwnQpsLoseNothing repeated in one process. Every kernel that
+// ends on the clock rather than on an idle sweep is one chance for that race; with 2 us nearly
+// every kernel that finds work ends so, and four rounds give it more chances again.
 TEST(CpuDoorbells, KernelsOutOfTimeMidWorkLoseNothing) {
     GV_SKIP_WITHOUT_GPU();
     EnvVar env("GV_DOORBELL_BOARD_SWEEP_NS", "2000");
-    run_lanes(8, 4096, 64);
+    for (int round = 0; round < 4 && !::testing::Test::HasFailure(); ++round) run_lanes(8, 4096, 64);
 }
 
 TEST(CpuDoorbells, BadSweepTimeIsRefused) {
