@@ -44,6 +44,30 @@ void ProxyQp::reset_progress() {
     rq_ci = 0;
     recv_inflight = 0;
     error = false;
+    again.store(false, std::memory_order_relaxed);
+}
+
+// The hand-off between a CPU thread that published work and the QP's holder is a Dekker pair:
+//   CPU thread (step_inline):  again = true (release); fence; try_hold
+//   holder (let_go_checked):   busy = false (release); fence; load again
+// (both fences seq_cst). Either the CPU thread takes the QP and steps it itself, or the holder
+// sees `again` and steps once more; taking `again` back with acquire makes the work published
+// before it (the doorbell records moved) visible to that step.
+size_t step_held(ProxyQp& p, ProxyStep& stepper) {
+    p.again.exchange(false, std::memory_order_acquire);  // this step covers what was asked so far
+    const size_t work = stepper.step(p);
+    return work + let_go_checked(p, stepper);
+}
+
+size_t let_go_checked(ProxyQp& p, ProxyStep& stepper) {
+    size_t work = 0;
+    for (;;) {
+        p.let_go();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!p.again.load(std::memory_order_relaxed) || !p.try_hold()) return work;
+        p.again.exchange(false, std::memory_order_acquire);
+        work += stepper.step(p);
+    }
 }
 
 // ---- Proxy --------------------------------------------------------------------------------
@@ -73,12 +97,18 @@ void Proxy::detach(ProxyQp* qp) {
 }
 
 void Proxy::step_inline(ProxyQp* qp) {
-    if (!inline_ || qp->thread < 0 || !qp->try_hold()) return;
+    if (!inline_ || qp->thread < 0) return;
+    // Ask for a step first (the Dekker pair above step_held): if the QP is held, its holder
+    // steps it again before letting go, so this thread's work never waits for the proxy
+    // thread's next turn. Release: what this thread published is visible with the flag.
+    qp->again.store(true, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!qp->try_hold()) return;
     // Batch arrays per CPU thread (the same for every context it posts on: one holder at a
     // time per thread), made on its first inline step.
     thread_local ProxyScratch scratch;
-    ProxyStep(scratch, inline_ctr_).step(*qp);
-    qp->let_go();
+    ProxyStep stepper(scratch, inline_ctr_);
+    step_held(*qp, stepper);
     inline_steps_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -189,8 +219,7 @@ void ProxyThread::run() {
         size_t work = 0;
         for (ProxyQp* p : qps_) {
             if (!p->try_hold()) continue;  // a CPU thread steps it inline right now
-            work += stepper.step(*p);
-            p->let_go();
+            work += step_held(*p, stepper);
         }
         bump(loops_);
         if (work) {

@@ -8,7 +8,9 @@
 // Whoever holds the QP (ProxyQp::busy, a try-lock) reads its rings, posts its work requests
 // and polls its device CQ (each QP has a device CQ of its own): its proxy thread, or a CPU
 // thread that just committed on it or waits for it (Proxy::step_inline: one hand-off less on
-// a CPU initiator's path). A holder that finds the QP taken leaves it to the other one. Several threads may complete into one user-visible CQ
+// a CPU initiator's path). A CPU thread that finds the QP taken asks the holder for another
+// step (ProxyQp::again) and leaves the work to it; the holder steps again before it lets go
+// for good (step_held). Several threads may complete into one user-visible CQ
 // (QPs of different threads sharing it): its producer index is an atomic counter, as in the
 // software device (CqRing::push), and each QP's completions are written by its one thread,
 // so they stay in order.
@@ -110,6 +112,11 @@ struct ProxyQp {
     std::atomic<bool> busy{false};
     bool try_hold() { return !busy.load(std::memory_order_relaxed) && !busy.exchange(true, std::memory_order_acquire); }
     void let_go() { busy.store(false, std::memory_order_release); }
+    /// Set by a CPU thread that published work and found the QP held (Proxy::step_inline): the
+    /// holder may have read the doorbell records before that work was published, so it steps
+    /// once more before it lets go for good (step_held). Without it the work waited for the
+    /// proxy thread's next turn, which can come a whole idle sleep (max_idle_sleep_us) later.
+    std::atomic<bool> again{false};
 
     /// Back to the start (a new QP, or after QueuePair::reset()).
     void reset_progress();
@@ -173,6 +180,16 @@ struct ProxyScratch {
     std::unique_ptr<uint8_t[]> inl;
     std::unique_ptr<ibv_wc[]> wc;
 };
+
+class ProxyStep;
+
+/// Steps a QP the caller holds, lets it go, and steps it again (taking it back) while another
+/// thread asked for that (ProxyQp::again) in the meantime. Returns the work done (0: idle).
+size_t step_held(ProxyQp& p, ProxyStep& stepper);
+
+/// The second half of step_held: lets a held QP go, then takes it back and steps it while
+/// another thread asked for a step. Returns the work done.
+size_t let_go_checked(ProxyQp& p, ProxyStep& stepper);
 
 /// One step of a QP by its holder (ProxyQp::busy), with the holder's batch arrays and
 /// counters: completions, receives, sends.

@@ -67,6 +67,11 @@ Proxy* proxy_of(const Context& ctx) {
     return be ? &be->proxy() : nullptr;
 }
 
+ProxyQp* proxy_qp_of(const dev::QpHandle& h) {
+    if (h.backend != Backend::Verbs || h.verbs.host_arg == nullptr) return nullptr;
+    return &static_cast<VerbsQp*>(h.verbs.host_arg)->proxy_qp();
+}
+
 }  // namespace gv::detail::verbs
 
 namespace gv::detail {

@@ -88,6 +88,7 @@ public:
     void reset() override;
     QpEndpoint endpoint() const override;
     const ProxyQp& proxy_view() const { return pq_; }
+    ProxyQp& proxy_qp() { return pq_; }  ///< for tests (proxy_qp_of)
 
 private:
     void set_state(QpState s);
@@ -143,5 +144,8 @@ int decide_gpudirect_flush(int gpu, VerbsOptions::GpuDirectFlush mode);
 
 /// The proxy of a verbs context, for tests and tools (null for other backends).
 Proxy* proxy_of(const Context& ctx);
+
+/// The proxy's state of the verbs QP behind a handle, for tests (null for other backends).
+ProxyQp* proxy_qp_of(const dev::QpHandle& h);
 
 }  // namespace gv::detail::verbs

@@ -93,6 +93,45 @@ TEST(ProxySink, CpuThreadsStepInlineUnlessTurnedOff) {
     }
 }
 
+// A CPU thread that commits while the QP is held (its proxy thread mid-step, or another CPU
+// thread stepping it) asks the holder for one more step (ProxyQp::again), and the holder posts
+// the work before it lets go for good. Before, the work was left to the proxy thread's next
+// turn, which came only after its idle sleep: up to max_idle_sleep_us (100 us by default) on a
+// latency-critical path. Here the test is the holder: it takes the QP, a WRITE is committed,
+// and letting go as every holder does (let_go_checked) must post it at once, while the proxy
+// thread, idle for 300 ms before, sleeps for more than 100 ms at a time.
+TEST(ProxySink, CommitOnAHeldQpIsPostedByTheHolder) {
+    auto s = sink(false);
+    Context ctx = sink_ctx(s, 1, 1000000);  // an idle proxy thread may sleep up to 1 s
+    Pair p(ctx);
+    const dev::QpHandle a = p.h(0);
+    HostBuf src(p.pd, 64, kLocalWrite), dst(p.pd, 64, kAllAccess);
+    const uint32_t qpn = p.qp[0]->qpn();
+    v::ProxyQp* pq = v::proxy_qp_of(a);
+    ASSERT_NE(pq, nullptr);
+    s->clear_records();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its sleeps grow past 100 ms
+    v::ProxyScratch scratch;
+    v::ProxyCounters ctr;
+    v::ProxyStep stepper(scratch, ctr);
+    for (uint32_t round = 0; round < 20; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        ASSERT_TRUE(eventually([&] { return pq->try_hold(); }));
+        ASSERT_EQ(dev::write(a, src.at(0), 8, src.lkey(), dst.addr(0), dst.rkey(), kSignaled), Status::Ok);
+        ASSERT_EQ(dev::commit(a), Status::Ok);  // its inline step finds the QP held
+        EXPECT_EQ(s->records(qpn).size(), size_t(round)) << "posted while the test held the QP";
+        v::let_go_checked(*pq, stepper);
+        // Posted by the test's step; or, if the proxy thread took the QP between the test's
+        // let-go and its taking it back, by the proxy thread's step, which was then running.
+        EXPECT_TRUE(eventually([&] { return s->records(qpn).size() == size_t(round) + 1; }, 50))
+            << "the WRITE waited for the proxy thread's next turn";
+        Completion c;
+        ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok);
+        ASSERT_TRUE(c.ok()) << describe(c);
+    }
+    EXPECT_GT(ctr.send_wrs.load(), 0u) << "the test's steps posted";
+}
+
 // A CPU context never flushes GPUDirect writes (there is no GPU whose kernels could see stale
 // data), whatever VerbsOptions::gpudirect_flush says; the GPU side is
 // GpuVerbsProxy.GpuDirectFlushesOnlyForWorkThatWroteLocalMemory.
