@@ -165,7 +165,7 @@ __device__ bool sweep(const soft::BoardHost* h, soft::BoardDev* d, uint32_t part
 /// barriers no longer pair up, and threads read the stage header of another drain. On the
 /// H200 that lost WQEs: a drain's WQEs staged by warps 1 to 7 (WQEBBs 8 to 63 of its stage)
 /// held other ring slots, and the first of them failed LOCAL_QP_OP_ERR, in about one run in
-/// four of CpuDoorbells.ThreadsOnTheirOwnQpsLoseNothing repeated in one process.
+/// five of CpuDoorbells.ThreadsOnTheirOwnQpsLoseNothing repeated in one process.
 ///
 /// Registers: launched with kBoardThreads (256) threads, one block per part, so up to 255 per
 /// thread would fit; with __launch_bounds__(256) ptxas chose 128 and spilled about 500 bytes of
