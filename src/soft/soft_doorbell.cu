@@ -298,31 +298,32 @@ struct Board {
 };
 
 namespace {
+/// The environment variable `name` as a decimal number from 0 to `max`; `dflt` when it is
+/// unset or empty. Anything else (a sign, other characters, too large) is refused, saying
+/// what was expected.
+unsigned long long env_number(const char* name, unsigned long long dflt, unsigned long long max,
+                              const char* expected) {
+    const char* e = std::getenv(name);
+    if (!e || !*e) return dflt;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(e, &end, 10);
+    if (*end || *e == '-' || v > max) throw InvalidUsage(std::string(name) + "=" + e + ": expected " + expected);
+    return v;
+}
+
 /// GV_DOORBELL_BOARD_SLOTS: how many QPs a GPU's board serves (default 1024; 0 turns the
 /// board off: one launch per doorbell, as for QPs beyond the board's slots).
 uint32_t board_slots_wanted() {
-    const char* e = std::getenv("GV_DOORBELL_BOARD_SLOTS");
-    if (!e || !*e) return soft::kBoardDefaultSlots;
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(e, &end, 10);
-    if (*end || v > 65535)
-        throw InvalidUsage(std::string("GV_DOORBELL_BOARD_SLOTS=") + e +
-                           ": expected a number of slots from 0 (no board) to 65535");
-    return uint32_t(v);
+    return uint32_t(env_number("GV_DOORBELL_BOARD_SLOTS", soft::kBoardDefaultSlots, 65535,
+                               "a number of slots from 0 (no board) to 65535"));
 }
 
 /// GV_DOORBELL_BOARD_SWEEP_NS: how long a board kernel keeps sweeping while it finds work
 /// (default kBoardDefaultSweepNs). Longer saves launches under steady CPU posting; shorter
 /// lets a cudaDeviceSynchronize elsewhere return sooner.
 unsigned long long board_sweep_ns_wanted() {
-    const char* e = std::getenv("GV_DOORBELL_BOARD_SWEEP_NS");
-    if (!e || !*e) return soft::kBoardDefaultSweepNs;
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(e, &end, 10);
-    if (*end || *e == '-' || v > 1000000000ull)
-        throw InvalidUsage(std::string("GV_DOORBELL_BOARD_SWEEP_NS=") + e +
-                           ": expected nanoseconds from 0 (one sweep per kernel) to 1000000000 (1 s)");
-    return v;
+    return env_number("GV_DOORBELL_BOARD_SWEEP_NS", soft::kBoardDefaultSweepNs, 1000000000ull,
+                      "nanoseconds from 0 (one sweep per kernel) to 1000000000 (1 s)");
 }
 }  // namespace
 

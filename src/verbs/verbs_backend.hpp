@@ -87,7 +87,6 @@ public:
     void to_error() override;
     void reset() override;
     QpEndpoint endpoint() const override;
-    const ProxyQp& proxy_view() const { return pq_; }
     ProxyQp& proxy_qp() { return pq_; }  ///< for tests (proxy_qp_of)
 
 private:
