@@ -8,10 +8,13 @@
 #define GV_HOST_DEVICE __host__ __device__ __forceinline__
 #define GV_DEVICE __device__ __forceinline__
 #define GV_HOST __host__ inline
+// Unrolls the loop that follows (nvcc); a plain C++ compiler ignores it.
+#define GV_UNROLL _Pragma("unroll")
 #else
 #define GV_HOST_DEVICE inline
 #define GV_DEVICE inline
 #define GV_HOST inline
+#define GV_UNROLL
 #endif
 
 // True while compiling device code (the __CUDA_ARCH__ pass of nvcc).

@@ -334,3 +334,71 @@ TEST(SoftDevice, LateRetireOfOlderCompletionIsHarmless) {
     wait_ok(a, 1, c);
     EXPECT_EQ(c[0].wqe_counter, 8u);
 }
+
+// poll_cq takes the ready entries at the consumer index together (up to dev::kPollBatch, never
+// more than asked): every completion once and in order, the queue's slots retired up to the
+// last one; with a CQ smaller than the batch (the entries after a pass's last are the next
+// pass's, not ready yet); and with an error inside a batch (its own completion, then flushes).
+namespace {
+// Polls cq with at most `max` per call until `n` completions came; checks each call's count.
+std::vector<Completion> poll_all(const dev::CqHandle& cq, uint32_t n, uint32_t max) {
+    std::vector<Completion> got;
+    Completion c[16];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+        const uint32_t k = dev::poll_cq(cq, c, max);
+        EXPECT_LE(k, max);
+        got.insert(got.end(), c, c + k);
+    }
+    return got;
+}
+}  // namespace
+
+TEST(SoftDevice, PollTakesReadyRunsTogetherOnceEach) {
+    {
+        Pair p(cpu_ctx());
+        auto a = p.h(0);
+        for (int i = 0; i < 20; ++i) ASSERT_EQ(dev::nop(a, kSignaled, kTimeout), Status::Ok);
+        ASSERT_EQ(dev::commit(a), Status::Ok);
+        const std::vector<Completion> c = poll_all(a.scq, 20, 5);
+        ASSERT_EQ(c.size(), 20u);
+        for (uint32_t i = 0; i < 20; ++i) {
+            EXPECT_TRUE(c[i].ok()) << i;
+            EXPECT_EQ(c[i].wqe_counter, i);
+        }
+        Completion extra;
+        EXPECT_EQ(dev::poll_cq(a.scq, &extra, 1), 0u);
+        EXPECT_EQ(__atomic_load_n(&a.q.ctr->sq_retired, __ATOMIC_ACQUIRE), 20u);
+    }
+    {
+        Pair p(cpu_ctx(), QpOptions{}, MemoryKind::Default, 4);  // a 4-entry CQ
+        auto a = p.h(0);
+        for (uint32_t lap = 0; lap < 50; ++lap) {
+            for (int i = 0; i < 4; ++i) ASSERT_EQ(dev::nop(a, kSignaled, kTimeout), Status::Ok);
+            ASSERT_EQ(dev::commit(a), Status::Ok);
+            const std::vector<Completion> c = poll_all(a.scq, 4, 8);
+            ASSERT_EQ(c.size(), 4u) << "lap " << lap;
+            for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(c[i].wqe_counter, uint16_t(4 * lap + i)) << "lap " << lap;
+        }
+        EXPECT_FALSE(dev::cq_overrun(a.scq));
+        EXPECT_EQ(__atomic_load_n(&a.q.ctr->sq_retired, __ATOMIC_ACQUIRE), 200u);
+    }
+    {
+        Pair p(cpu_ctx());
+        auto a = p.h(0);
+        HostBuf src(p.pd, 64, kLocalWrite);
+        for (int i = 0; i < 3; ++i) ASSERT_EQ(dev::nop(a, kSignaled, kTimeout), Status::Ok);
+        // No region has this key: REMOTE_ACCESS_ERR, the QP goes to ERROR, what follows flushes.
+        ASSERT_EQ(dev::write(a, src.data(), 8, src.lkey(), 0x1000, 0x7fff01, kSignaled, kTimeout), Status::Ok);
+        for (int i = 0; i < 3; ++i) ASSERT_EQ(dev::nop(a, kSignaled, kTimeout), Status::Ok);
+        dev::commit(a);  // QpError: the WRITE failed
+        const std::vector<Completion> c = poll_all(a.scq, 7, 8);
+        ASSERT_EQ(c.size(), 7u);
+        for (uint32_t i = 0; i < 7; ++i) EXPECT_EQ(c[i].wqe_counter, i);
+        for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(c[i].ok()) << i;
+        EXPECT_EQ(c[3].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+        for (uint32_t i = 4; i < 7; ++i) EXPECT_EQ(c[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << i;
+        EXPECT_EQ(__atomic_load_n(&a.q.ctr->sq_retired, __ATOMIC_ACQUIRE), 7u);
+        EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+    }
+}

@@ -70,10 +70,12 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c, const CqQ
 GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) { cq_retire(cq, c, CqQpSlot{}); }
 
 /// Publishes the consumer index in the doorbell record, never moving it backwards when
-/// several pollers race (24-bit field, compared modulo 2^24). The poller that claimed entry
-/// ci - 1 calls it: in order, the record holds ci - 1, so one CAS from there, without a load.
-GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long ci) {
-    mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(ci - 1), uint32_t(ci), 24, cq.sys != 0);
+/// several pollers race (24-bit field, compared modulo 2^24). The poller that claimed entries
+/// [from, ci) calls it: in order, the record holds `from`, so one CAS from there, without a
+/// load. Pollers decode what they claim before the claim, so the record may pass entries
+/// another poller claimed and has not yet published.
+GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long from, unsigned long long ci) {
+    mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(from), uint32_t(ci), 24, cq.sys != 0);
 }
 
 /// The slot at qpn's hash position, every field loaded at once (the table is written before
@@ -83,9 +85,20 @@ GV_HOST_DEVICE CqQpSlot cq_slot_at(const CqHandle& cq, uint32_t qpn) {
     return cq.slots[qpn & cq.slot_mask];
 }
 
+/// Completions one turn of poll_cq takes with one claim at most: the entry at the consumer
+/// index and the ready ones after it.
+inline constexpr uint32_t kPollBatch = 8;
+
 /// Polls up to `max` completions; returns how many were written to `out`. Thread scope;
 /// any number of threads (and CPU threads) may poll one CQ at once, each completion
 /// going to exactly one of them.
+///
+/// Each turn takes the ready entries at the consumer index together (up to kPollBatch and
+/// what the caller still takes): their owner words are read at once (relaxed, then one acquire
+/// fence for all), they are decoded, claimed with one CAS, published in the doorbell record
+/// with one CAS, and retired once per run of one QP's completions (a retirement frees every
+/// slot up to its WQE, so the last of a run covers the ones before it). Taken one at a time,
+/// each completion cost a poller about 3.3 us on the H200 (`gv_probe_path`), one after another.
 GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t max) {
     if (cq.cqes == nullptr || cq.ci == nullptr) return 0;  // default-constructed handle
 #if !GV_DEVICE_CODE
@@ -100,19 +113,44 @@ GV_HOST_DEVICE uint32_t poll_cq(const CqHandle& cq, Completion* out, uint32_t ma
         const mlx5_cqe64* cqe = &cq.cqes[c & mask];
         uint8_t op_own;
         if (!mlx5::cqe_ready(cqe, c, cq.log_cnt, sys, &op_own)) break;
-        Completion x = mlx5::decode_cqe(cqe, op_own);
-        // Issued before the claim, so that their latency overlaps the CAS's.
-        const CqQpSlot slot = cq_slot_at(cq, x.qpn);
+        // The entries after it that are ready too. A ring smaller than the batch wraps onto
+        // entries of this pass, whose owner bit then does not match: they are not taken.
+        const uint32_t room = max - n < kPollBatch ? max - n : kPollBatch;
+        uint8_t own[kPollBatch];
+        own[0] = op_own;
+        uint32_t k = 1;
+        if (room > 1) {
+GV_UNROLL
+            for (uint32_t i = 1; i < kPollBatch; ++i)
+                if (i < room) own[i] = uint8_t(atom::load_relaxed(mlx5::cqe_owner_word(&cq.cqes[(c + i) & mask]), sys) >> 24);
+GV_UNROLL
+            for (uint32_t i = 1; i < kPollBatch; ++i)
+                if (i < room && k == i && mlx5::op_own_ready(own[i], uint32_t(c + i), cq.log_cnt)) k = i + 1;
+            // Acquire for the owner words read relaxed: the rest of those CQEs (released before
+            // their owner byte by the producer) is read after this.
+            if (k > 1) atom::fence_acquire(sys);
+        }
+        for (uint32_t i = 0; i < k; ++i) out[n + i] = mlx5::decode_cqe(&cq.cqes[(c + i) & mask], own[i]);
+        // Issued before the claim, so that their latency overlaps the CAS's: the slot of the
+        // batch's last completion (most batches are one QP's).
+        const CqQpSlot slot = cq_slot_at(cq, out[n + k - 1].qpn);
         GV_EXEC_STAMP(detail::kStampPollReady);
-        // Claim it. A failed CAS means another poller took entry c (and the producer may
-        // since have reused the slot), so what we decoded is discarded.
-        if (!atom::cas(cq.ci, c, c + 1, sys)) continue;
+        // Claim them. A failed CAS means another poller took entry c (and the producer may
+        // since have reused the slots), so what we decoded is discarded.
+        if (!atom::cas(cq.ci, c, c + k, sys)) continue;
         GV_EXEC_STAMP(detail::kStampPollClaimed);
-        cq_update_dbrec(cq, c + 1);
+        cq_update_dbrec(cq, c, c + k);
         GV_EXEC_STAMP(detail::kStampPollDbrec);
-        cq_retire(cq, x, slot);
+        for (uint32_t i = 0; i < k; ++i) {
+            const Completion& x = out[n + i];
+            // Covered by the next one's retirement: the same QP and queue, and nothing of its
+            // own to keep (an error's syndrome is kept by its own cq_retire).
+            const bool covered =
+                i + 1 < k && x.ok() && out[n + i + 1].qpn == x.qpn && out[n + i + 1].is_recv() == x.is_recv();
+            if (!covered) cq_retire(cq, x, slot);
+        }
         GV_EXEC_STAMP(detail::kStampPollRetired);
-        out[n++] = x;
+        n += k;
     }
     return n;
 }

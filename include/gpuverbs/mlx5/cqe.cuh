@@ -33,17 +33,24 @@ GV_HOST_DEVICE uint8_t sw_owner(uint32_t ci, uint32_t log_cnt) {
     return uint8_t((ci >> log_cnt) & 1);
 }
 
+/// The aligned word of a CQE that holds op_own (its last byte, the word's high byte): the
+/// producer releases it last.
+GV_HOST_DEVICE const uint32_t* cqe_owner_word(const mlx5_cqe64* cqe) {
+    return reinterpret_cast<const uint32_t*>(cqe) + 15;
+}
+
+/// Whether op_own (of the CQE at `ci`) says the CQE holds a new completion.
+GV_HOST_DEVICE bool op_own_ready(uint8_t op_own, uint32_t ci, uint32_t log_cnt) {
+    return cqe_opcode(op_own) != MLX5_CQE_INVALID && (op_own & MLX5_CQE_OWNER_MASK) == sw_owner(ci, log_cnt);
+}
+
 /// Reads op_own with acquire ordering (the producer releases it last), and says whether
 /// the CQE at `ci` holds a new completion.
 GV_HOST_DEVICE bool cqe_ready(const mlx5_cqe64* cqe, uint32_t ci, uint32_t log_cnt, bool sys,
                               uint8_t* op_own_out) {
-    // op_own is the last byte of the CQE; read the aligned word holding it.
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(cqe) + 15;
-    uint32_t v = atom::load_acquire(w, sys);
-    uint8_t op_own = uint8_t(v >> 24);
+    const uint8_t op_own = uint8_t(atom::load_acquire(cqe_owner_word(cqe), sys) >> 24);
     *op_own_out = op_own;
-    return cqe_opcode(op_own) != MLX5_CQE_INVALID &&
-           (op_own & MLX5_CQE_OWNER_MASK) == sw_owner(ci, log_cnt);
+    return op_own_ready(op_own, ci, log_cnt);
 }
 
 /// What one CQE says, in host order: the fields write_cqe() encodes. Success CQEs
