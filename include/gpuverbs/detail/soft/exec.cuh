@@ -494,15 +494,24 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         const uint32_t act = p.act;
         if (act != kExecute) return act;
         uint32_t nseg = p.nseg;
-        bool stored = false;
-        for (uint32_t i = 0; i < nseg; ++i) stored |= group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
-        // RC ordering: every thread's stores of this WQE are visible (at the scope of
-        // the memory written) before the leader completes it and before any byte of the
-        // next WQE is stored. p.sys carries kScopePeer on two GPUs: the poller of the data
-        // (and of the completion that follows) runs on the other GPU, so system scope.
-        if (stored) atom::fence_release(p.sys != 0);
+        for (uint32_t i = 0; i < nseg; ++i) group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+        // RC ordering: every thread's stores of this WQE are visible (at the scope of the
+        // memory written) before the leader completes it and before any byte of the next WQE
+        // is stored. One release fence, the leader's, after the barrier: the barrier orders
+        // the group's stores before the leader's fence (bar.sync / __syncwarp order memory
+        // among the group's threads), and a release fence is cumulative, ordering the writes
+        // its thread has observed as well as its own before its later stores (the CQE,
+        // sq_ci), and before the barrier that hands out WQE k+1's plan. The pattern of
+        // cooperative groups' grid sync (__syncthreads, then one thread's __threadfence). A
+        // fence in every storing thread instead cost each warp its own wait: 64 KiB WRITEs
+        // over 264 QPs x 512 threads ran at 56% of a device copy, against 69% with 256.
+        // p.sys carries kScopePeer on two GPUs: the poller of the data (and of the
+        // completion that follows) runs on the other GPU, so system scope.
         g.sync();
-        if (g.leader()) finish(q, lc, p.out);
+        if (g.leader()) {
+            atom::fence_release(p.sys != 0);
+            finish(q, lc, p.out);
+        }
     }
 }
 
