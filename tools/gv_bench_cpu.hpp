@@ -7,7 +7,8 @@
 // Bandwidth: one initiator thread per QP posts lists of --post-list WQEs, the last one
 // signaled, one commit per list, up to kCpuLists lists in flight (perftest's tx-depth / CQ
 // moderation); send_bw has one receiver thread per QP that keeps the peer's receive queue
-// full and reaps its completions. Latency: two threads ping-pong WRITEs, each waiting for the
+// full (cpu_recv_depth receives, perftest's rx-depth, posted before the clock starts as
+// perftest's server posts them) and reaps its completions. Latency: two threads ping-pong WRITEs, each waiting for the
 // other's to land in its buffer (perftest's ib_write_lat).
 // Part of tools/gv_bench.cu (its anonymous namespace).
 #pragma once
@@ -146,21 +147,29 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
         if (!reap(true)) return;
 }
 
-/// send_bw's receiver of one QP: keeps up to `depth` receives posted until `iters` completed.
-void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, uint32_t depth, Failure* fail,
-                  const std::atomic<bool>* stop) {
-    uint32_t posted = 0, done = 0, idle = 0;
+/// Posts receives on send_bw's receiving QP until `target` are posted (*posted counts them).
+/// False (recorded in *fail) when a post fails.
+bool cpu_post_receives(const CpuJob& j, uint32_t q, uint32_t size, uint32_t target, uint32_t* posted,
+                       Failure* fail) {
+    for (; *posted < target; ++*posted) {
+        const Status st = dev::recv(j.peer, j.dst + cpu_off(*posted, size, j.slice), size, j.dkey);
+        if (st != Status::Ok) {
+            record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, *posted, st);
+            return false;
+        }
+    }
+    return true;
+}
+
+/// send_bw's receiver of one QP: keeps up to `depth` receives posted until `iters` completed;
+/// `posted` of them were posted before it started (cpu_post_receives).
+void cpu_receiver(const CpuJob& j, uint32_t q, uint32_t size, uint32_t iters, uint32_t depth, uint32_t posted,
+                  Failure* fail, const std::atomic<bool>* stop) {
+    uint32_t done = 0, idle = 0;
     bool ok = true;
     uint64_t t0 = atom::now_ns();
     while (done < iters) {
-        while (posted < iters && posted - done < depth) {
-            const Status st = dev::recv(j.peer, j.dst + cpu_off(posted, size, j.slice), size, j.dkey);
-            if (st != Status::Ok) {
-                record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, posted, st);
-                return;
-            }
-            ++posted;
-        }
+        if (!cpu_post_receives(j, q, size, std::min(iters, done + depth), &posted, fail)) return;
         const uint32_t k = cpu_reap(j.peer, j.peer.rcq, 64, fail, Step::WaitRecv, q, done, &ok);
         if (!ok) return;
         done += k;
@@ -282,17 +291,28 @@ ContextOptions cpu_context_for(const Opts& o) {
 /// WQEs a CPU run's send queue holds: kCpuLists post lists in flight.
 uint32_t cpu_depth(const Opts& o) { return std::max<uint32_t>(o.threads * kCpuLists, 64); }
 
+/// Receives send_bw keeps posted: perftest's default rx-depth for SEND (512, DEF_RX_SEND), and
+/// four times the SENDs in flight where that is more. The receives beyond the SENDs in flight
+/// are the receiver's slack: a SEND that finds no receive posted is refused with an RNR NAK,
+/// and the sender waits out the RNR timer (on rxe at least one jiffy, 4 ms at HZ=250) before it
+/// sends it and everything after it again. With as many receives as SENDs in flight (128, as
+/// before 2026-12-02) every lag of the receiver thread behind the sender did that: 25-175 RNR
+/// NAKs a run in the Soft-RoCE VM, and SEND 8 B at 0.4-0.9 of perftest
+/// (docs/perf-logs/2026-12-02-send8/).
+uint32_t cpu_recv_depth(const Opts& o) { return std::max<uint32_t>(512, 4 * cpu_depth(o)); }
+
 /// One QP of a CPU run with a CQ of its own (send and receive completions) in host memory;
 /// room for inline WRITEs of --inline-size bytes.
 void add_cpu_qp(const Context& ctx, const ProtectionDomain& pd, const Opts& o,
                 std::vector<std::unique_ptr<CompletionQueue>>& cqs, std::vector<std::unique_ptr<QueuePair>>& qps) {
     const uint32_t depth = cpu_depth(o);
-    cqs.push_back(
-        std::make_unique<CompletionQueue>(ctx, CqOptions{std::max<uint32_t>(2048, 2 * depth), MemoryKind::Host}));
+    const uint32_t rdepth = op_index(o.op) == 2 ? cpu_recv_depth(o) : 64;
+    cqs.push_back(std::make_unique<CompletionQueue>(
+        ctx, CqOptions{std::max<uint32_t>(2048, 2 * (depth + rdepth)), MemoryKind::Host}));
     QpOptions qo;
     qo.send_cq = qo.recv_cq = cqs.back().get();
     qo.sq_depth = depth;
-    qo.rq_depth = op_index(o.op) == 2 ? depth : 64;
+    qo.rq_depth = rdepth;
     qo.max_inline = std::max<uint32_t>(qo.max_inline, uint32_t(std::max(o.inline_size, 0)));
     qo.memory = MemoryKind::Host;
     qps.push_back(std::make_unique<QueuePair>(pd, qo));
@@ -321,7 +341,6 @@ int run_cpu(Opts& o) {
     std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
     const uint32_t nq = o.lat ? 1 : o.qps;
-    const uint32_t depth = cpu_depth(o);
     std::vector<std::unique_ptr<CompletionQueue>> cqs;
     std::vector<std::unique_ptr<QueuePair>> qps;
     for (uint32_t q = 0; q < 2 * nq; ++q) add_cpu_qp(ctx, pd, o, cqs, qps);
@@ -374,10 +393,19 @@ int run_cpu(Opts& o) {
         std::vector<double> secs;
         for (uint32_t r = 0; r <= o.reps; ++r) {  // rep 0 warms up
             Failure f{};
+            // send_bw: the receives are posted before the clock starts, as perftest's server
+            // posts its rx-depth before the test (else the first SENDs race the receiver
+            // thread's first posts, and each one that loses is an RNR NAK).
+            const uint32_t rdepth = cpu_recv_depth(o);
+            std::vector<uint32_t> pre(nq, 0);
+            for (uint32_t q = 0; q < nq && op == 2; ++q)
+                if (!cpu_post_receives(jobs[q], q, size, std::min(o.iters, rdepth), &pre[q], &f))
+                    throw Error(failure_text(o, "the CPU receiver", size, run_label(o, r), f, qps));
             const auto t0 = std::chrono::steady_clock::now();
             std::vector<std::thread> th;
             for (uint32_t q = 0; q < nq; ++q) {
-                if (op == 2) th.emplace_back(cpu_receiver, std::cref(jobs[q]), q, size, o.iters, depth, &f, &stop);
+                if (op == 2)
+                    th.emplace_back(cpu_receiver, std::cref(jobs[q]), q, size, o.iters, rdepth, pre[q], &f, &stop);
                 th.emplace_back(cpu_initiator, std::cref(jobs[q]), q, op, size, o.iters, o.threads, &f, &stop,
                                 CpuWait::SpinYieldSleep);
             }

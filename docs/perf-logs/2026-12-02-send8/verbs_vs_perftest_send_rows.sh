@@ -1,0 +1,162 @@
+#!/bin/bash
+# COPY of bench/verbs_vs_perftest.sh (2026-12-02) with only the SEND rows. gpuverbs' benchmarks on the verbs backend (CPU initiators, the proxy thread posting to the
+# device) beside perftest's on the same RDMA device, in the same run, as ratios: WRITE, READ
+# and SEND bandwidth at 8 B (message rate) and 64 KiB (bandwidth), WRITE latency at 8 B.
+# perftest runs as it always does on one device: a server in the background and a client
+# connecting to the device's own address (loopback through the device). Ours: the loopback
+# form of gv_write_bw / gv_read_bw / gv_send_bw on the same device, and for the latency
+# perftest's own set-up: gv_write_lat in two processes (a server in the background, a client
+# against 127.0.0.1), one QP each, its WRITEs not inline as perftest's on rxe (perftest
+# inlines only on devices it knows: its header says "Max inline data : 0[B]" on rxe).
+#
+# Inside the Soft-RoCE VM (emulation: absolute numbers mean nothing, ratios within one run do):
+#   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_vs_perftest.sh [BIN_DIR=build-cpu/tools] [OUT_DIR]
+# Anywhere with an RDMA device: RDMA_DEVICE=mlx5_0 RDMA_GID_INDEX=3 RDMA_IPV4=... bench/verbs_vs_perftest.sh
+#
+# Environment: RDMA_DEVICE (default rxe0), RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1, the
+# device's address: where perftest's client connects), GV_PT_REPEAT (runs of every case, the
+# median kept; default 3), GV_PT_ITERS_SMALL / GV_PT_ITERS_BIG / GV_PT_ITERS_LAT (5000 / 500 /
+# 1000), GV_PT_TX_DEPTH (perftest's -t and our post list x lists in flight; default 128),
+# GV_PT_CASES (which rows: "all" (default), or words among bw (the six bandwidth rows) and lat
+# (the latency row), e.g. GV_PT_CASES=lat for the latency alone), GV_PT_LAT_ARGS (more
+# options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
+# GV_LAT_PORT (18520: the TCP port of gv_write_lat's two processes).
+# Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
+# bench/results). Exits 1 when a run failed (its output is in the log).
+set -uo pipefail
+BIN=${1:-build-cpu/tools}
+OUT=${2:-bench/results}
+DEV=${RDMA_DEVICE:-rxe0}
+GID=${RDMA_GID_INDEX:-1}
+ADDR=${RDMA_IPV4:-10.0.0.1}
+REPEAT=${GV_PT_REPEAT:-3}
+N_SMALL=${GV_PT_ITERS_SMALL:-5000}
+N_BIG=${GV_PT_ITERS_BIG:-500}
+N_LAT=${GV_PT_ITERS_LAT:-1000}
+DEPTH=${GV_PT_TX_DEPTH:-128}
+CASES=${GV_PT_CASES:-all}
+LAT_ARGS=${GV_PT_LAT_ARGS:-}
+PORT=${GV_LAT_PORT:-18520}
+LIST=$((DEPTH / 4))  # our CPU initiator keeps 4 post lists in flight (kCpuLists)
+mkdir -p "$OUT" || exit 1
+LOG=$OUT/verbs_vs_perftest.log
+: > "$LOG"
+fails=0
+
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do
+    command -v $t > /dev/null || { echo "no $t: install perftest (tools/rdma-vm/run.sh deps installs it)"; exit 1; }
+done
+for t in gv_write_bw gv_read_bw gv_send_bw gv_write_lat; do
+    [ -x "$BIN/$t" ] || { echo "no $BIN/$t: build the tree first (BIN_DIR is the first argument)"; exit 1; }
+done
+
+# The value in column COL of the line after the header line that holds "#bytes" (perftest's
+# and ours print the same shape: MsgRate[Mpps] is column 5 of a bandwidth row, t_typical
+# column 5 of a latency row).
+value() { awk -v col="$2" 'f && NF >= col { print $col; exit } /#bytes/ { f = 1 }' "$1"; }
+
+# perftest TOOL ARGS...: one server+client run, prints the client's value (column 5).
+# perftest converts its cycle counts with a CPU clock rate it estimates by sampling; under
+# emulation the estimate sometimes fails ("Correlation coefficient r^2 ... < 0.9") and the
+# result is 0 or meaningless: such a run is repeated (up to 4 attempts).
+perftest() {
+    local t=$1 attempt rc src
+    shift
+    for attempt in 1 2 3 4; do
+        timeout 120 "$t" -d "$DEV" -x "$GID" -F "$@" > "$OUT/srv.out" 2>&1 &
+        local sp=$!
+        sleep 1
+        timeout 110 "$t" -d "$DEV" -x "$GID" -F "$@" "$ADDR" > "$OUT/cli.out" 2>&1
+        rc=$?
+        wait $sp
+        src=$?
+        { echo "== $t $* (client rc $rc, server rc $src, attempt $attempt)"; cat "$OUT/cli.out"; } >> "$LOG"
+        if [ $rc != 0 ] || [ $src != 0 ]; then
+            cat "$OUT/srv.out" >> "$LOG"
+            echo FAIL
+            return
+        fi
+        grep -q "Correlation coefficient" "$OUT/cli.out" "$OUT/srv.out" || break
+        echo "(perftest's clock-rate estimate failed: run again)" >> "$LOG"
+    done
+    value "$OUT/cli.out" 5
+}
+
+# ours [2p] TOOL ARGS...: one run, prints its value (column 5). 2p: in two processes as
+# perftest runs, a server (--server ARGS: what the client sends must agree) in the background
+# and the client against 127.0.0.1; both must exit 0.
+ours() {
+    local two=0 src=0
+    [ "$1" = 2p ] && { two=1; shift; }
+    local t=$1
+    shift
+    if [ $two = 1 ]; then
+        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" --server "$@" > "$OUT/srv.out" 2>&1 &
+        local sp=$! w
+        for w in $(seq 100); do grep -q "waiting up to" "$OUT/srv.out" 2>/dev/null && break; sleep 0.05; done
+        timeout 110 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" "$@" 127.0.0.1 > "$OUT/ours.out" 2>&1
+        local rc=$?
+        wait $sp
+        src=$?
+    else
+        timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" "$@" > "$OUT/ours.out" 2>&1
+        local rc=$?
+    fi
+    { echo "== $t $* (rc $rc$([ $two = 1 ] && echo ", two processes, server rc $src"))"; cat "$OUT/ours.out"; } >> "$LOG"
+    [ $two = 1 ] && { echo "-- its server:"; cat "$OUT/srv.out"; } >> "$LOG"
+    [ $rc = 0 ] && [ $src = 0 ] || { echo FAIL; return; }
+    value "$OUT/ours.out" 5
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# row NAME KIND PERFTEST_CMD... -- OURS_CMD...: REPEAT alternating runs of each, the medians.
+rows=()
+row() {
+    local name=$1 kind=$2
+    shift 2
+    case " $CASES " in *" all "* | *" $kind "*) ;; *) return ;; esac
+    local pt=() us=() a
+    while [ "$1" != -- ]; do pt+=("$1"); shift; done
+    shift
+    local pv=() ov=() r v
+    for ((r = 0; r < REPEAT; r++)); do
+        v=$(perftest "${pt[@]}"); [ "$v" = FAIL ] && fails=$((fails + 1)) || pv+=("$v")
+        v=$(ours "$@"); [ "$v" = FAIL ] && fails=$((fails + 1)) || ov+=("$v")
+    done
+    if [ ${#pv[@]} = 0 ] || [ ${#ov[@]} = 0 ]; then
+        rows+=("| $name | failed | failed | - | - |")
+        return
+    fi
+    local p o ratio verdict
+    p=$(median "${pv[@]}")
+    o=$(median "${ov[@]}")
+    if [ "$kind" = lat ]; then  # latency: lower is better; ratio = perftest / ours
+        ratio=$(awk -v p="$p" -v o="$o" 'BEGIN { printf "%.2f", p / o }')
+        p="$p us"; o="$o us"
+    else                        # message rate: ratio = ours / perftest
+        ratio=$(awk -v p="$p" -v o="$o" 'BEGIN { printf "%.2f", o / p }')
+        p="$p Mpps"; o="$o Mpps"
+    fi
+    verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.9 ? "yes" : "no") }')
+    rows+=("| $name | $p | $o | $ratio | $verdict |")
+    echo "# $name: perftest $p (runs: ${pv[*]}), ours $o (runs: ${ov[*]}), ratio $ratio" >&2
+}
+
+row "SEND 8 B" bw ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "SEND 64 KiB" bw ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+# shellcheck disable=SC2086  # LAT_ARGS is a list of words
+
+{
+    echo "$DEV, $(uname -r), $REPEAT runs each (median), perftest and gpuverbs alternating"
+    echo
+    echo "| test | perftest | gpuverbs (verbs backend, CPU initiator) | ratio | within 10%? |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "ratio: ours / perftest for message rates (bandwidth = rate x size), perftest / ours for the"
+    echo "typical (median) one-way latency; 1.00 = as fast as perftest. Latency: both in two processes"
+    echo "(a server and a client), ours with gv_write_lat ${LAT_ARGS:-(WRITEs not inline, as perftest posts them on rxe)}."
+} | tee "$OUT/verbs_vs_perftest.md"
+rm -f "$OUT/srv.out" "$OUT/cli.out" "$OUT/ours.out"
+[ $fails = 0 ] || { echo "$fails run(s) failed: see $LOG"; exit 1; }
