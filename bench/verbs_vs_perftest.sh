@@ -17,8 +17,9 @@
 # device's address: where perftest's client connects), GV_PT_REPEAT (runs of every case, the
 # median kept; default 3), GV_PT_ITERS_SMALL / GV_PT_ITERS_BIG / GV_PT_ITERS_LAT (5000 / 500 /
 # 1000), GV_PT_TX_DEPTH (perftest's -t and our post list x lists in flight; default 128),
-# GV_PT_CASES (which rows: "all" (default), or words among bw (the six bandwidth rows) and lat
-# (the latency row), e.g. GV_PT_CASES=lat for the latency alone), GV_PT_LAT_ARGS (more
+# GV_PT_CASES (which rows: "all" (default), or words among bw (the six bandwidth rows), lat
+# (the latency row), write, read and send (that operation's rows), e.g. GV_PT_CASES=lat for the
+# latency alone, GV_PT_CASES=send for the two SEND rows), GV_PT_LAT_ARGS (more
 # options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
 # GV_LAT_PORT (18520: the TCP port of gv_write_lat's two processes).
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
@@ -35,6 +36,12 @@ N_BIG=${GV_PT_ITERS_BIG:-500}
 N_LAT=${GV_PT_ITERS_LAT:-1000}
 DEPTH=${GV_PT_TX_DEPTH:-128}
 CASES=${GV_PT_CASES:-all}
+for w in $CASES; do
+    case $w in
+        all | bw | lat | write | read | send) ;;
+        *) echo "GV_PT_CASES: unknown word '$w' (expected words among all, bw, lat, write, read, send)"; exit 1 ;;
+    esac
+done
 LAT_ARGS=${GV_PT_LAT_ARGS:-}
 PORT=${GV_LAT_PORT:-18520}
 LIST=$((DEPTH / 4))  # our CPU initiator keeps 4 post lists in flight (kCpuLists)
@@ -110,12 +117,16 @@ ours() {
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-# row NAME KIND PERFTEST_CMD... -- OURS_CMD...: REPEAT alternating runs of each, the medians.
+# row NAME KINDS PERFTEST_CMD... -- OURS_CMD...: REPEAT alternating runs of each, the medians.
+# KINDS: the words of GV_PT_CASES that select the row.
 rows=()
 row() {
-    local name=$1 kind=$2
+    local name=$1 kinds=$2 k wanted=0
     shift 2
-    case " $CASES " in *" all "* | *" $kind "*) ;; *) return ;; esac
+    for k in $kinds; do
+        case " $CASES " in *" all "* | *" $k "*) wanted=1 ;; esac
+    done
+    (( wanted )) || return
     local pt=() us=() a
     while [ "$1" != -- ]; do pt+=("$1"); shift; done
     shift
@@ -143,14 +154,14 @@ row() {
     echo "# $name: perftest $p (runs: ${pv[*]}), ours $o (runs: ${ov[*]}), ratio $ratio" >&2
 }
 
-row "WRITE 8 B" bw ib_write_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_write_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "WRITE 64 KiB" bw ib_write_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_write_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-row "READ 8 B" bw ib_read_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_read_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "READ 64 KiB" bw ib_read_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_read_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-row "SEND 8 B" bw ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "SEND 64 KiB" bw ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+row "WRITE 8 B" "bw write" ib_write_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_write_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "WRITE 64 KiB" "bw write" ib_write_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_write_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+row "READ 8 B" "bw read" ib_read_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_read_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "READ 64 KiB" "bw read" ib_read_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_read_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+row "SEND 8 B" "bw send" ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "SEND 64 KiB" "bw send" ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
 # shellcheck disable=SC2086  # LAT_ARGS is a list of words
-row "WRITE latency 8 B (two processes)" lat ib_write_lat -s 8 -n "$N_LAT" -- 2p gv_write_lat -s 8 -n "$N_LAT" $LAT_ARGS
+row "WRITE latency 8 B (two processes)" "lat" ib_write_lat -s 8 -n "$N_LAT" -- 2p gv_write_lat -s 8 -n "$N_LAT" $LAT_ARGS
 
 {
     echo "$DEV, $(uname -r), $REPEAT runs each (median), perftest and gpuverbs alternating"
