@@ -22,6 +22,8 @@
 # latency alone, GV_PT_CASES=send for the two SEND rows), GV_PT_LAT_ARGS (more
 # options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
 # GV_LAT_PORT (18520: the TCP port of gv_write_lat's two processes).
+# Counts, per row, the runs of each side that the device's own retransmissions or RNR NAKs
+# stalled (rxe's hw_counters), and gives the ratio without them beside the ratio of all runs.
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
 # bench/results). Exits 1 when a run failed (its output is in the log).
 set -uo pipefail
@@ -117,6 +119,30 @@ ours() {
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+# Stalls of the device's own transport over a run: retransmissions after the requester's
+# timer (rxe's completer_retry_err) and RNR NAKs received (rcvd_rnr_err). On rxe under
+# emulation one retry stalls a run for about 60 ms and halves its rate, whichever tool runs
+# (docs/performance.md, "SEND 8 B against perftest"), so the table counts the runs that had
+# one and gives the ratio of the runs without. Empty where the device has no such counters.
+HW=/sys/class/infiniband/$DEV/ports/1/hw_counters
+stall_count() {
+    local s=0 c found=0
+    for c in completer_retry_err rcvd_rnr_err; do
+        [ -r "$HW/$c" ] && { s=$((s + $(cat "$HW/$c"))); found=1; }
+    done
+    [ $found = 1 ] && echo $s
+}
+
+# ratio_of KINDS PERFTEST OURS: for the latency row (KINDS "lat", lower is better) perftest /
+# ours, else (message rates) ours / perftest; 1.00 = as fast as perftest.
+ratio_of() {
+    if [ "$1" = lat ]; then
+        awk -v p="$2" -v o="$3" 'BEGIN { printf "%.2f", p / o }'
+    else
+        awk -v p="$2" -v o="$3" 'BEGIN { printf "%.2f", o / p }'
+    fi
+}
+
 # row NAME KINDS PERFTEST_CMD... -- OURS_CMD...: REPEAT alternating runs of each, the medians.
 # KINDS: the words of GV_PT_CASES that select the row.
 rows=()
@@ -130,28 +156,48 @@ row() {
     local pt=() us=() a
     while [ "$1" != -- ]; do pt+=("$1"); shift; done
     shift
-    local pv=() ov=() r v
+    local pv=() ov=() pc=() oc=() pd=() od=() r v c0 c1 pst=0 ost=0 counted=1
     for ((r = 0; r < REPEAT; r++)); do
-        v=$(perftest "${pt[@]}"); [ "$v" = FAIL ] && fails=$((fails + 1)) || pv+=("$v")
-        v=$(ours "$@"); [ "$v" = FAIL ] && fails=$((fails + 1)) || ov+=("$v")
+        c0=$(stall_count)
+        v=$(perftest "${pt[@]}")
+        c1=$(stall_count)
+        [ -n "$c0" ] || counted=0
+        if [ "$v" = FAIL ]; then
+            fails=$((fails + 1))
+        else
+            pv+=("$v")
+            [ $counted = 1 ] && pd+=($((c1 - c0)))
+            if [ $counted = 1 ] && [ "$c1" != "$c0" ]; then pst=$((pst + 1)); else pc+=("$v"); fi
+        fi
+        c0=$(stall_count)
+        v=$(ours "$@")
+        c1=$(stall_count)
+        if [ "$v" = FAIL ]; then
+            fails=$((fails + 1))
+        else
+            ov+=("$v")
+            [ $counted = 1 ] && od+=($((c1 - c0)))
+            if [ $counted = 1 ] && [ "$c1" != "$c0" ]; then ost=$((ost + 1)); else oc+=("$v"); fi
+        fi
     done
     if [ ${#pv[@]} = 0 ] || [ ${#ov[@]} = 0 ]; then
-        rows+=("| $name | failed | failed | - | - |")
+        rows+=("| $name | failed | failed | - | - | - | - |")
         return
     fi
-    local p o ratio verdict
+    local p o ratio clean=- stalled=- verdict
     p=$(median "${pv[@]}")
     o=$(median "${ov[@]}")
-    if [ "$kind" = lat ]; then  # latency: lower is better; ratio = perftest / ours
-        ratio=$(awk -v p="$p" -v o="$o" 'BEGIN { printf "%.2f", p / o }')
-        p="$p us"; o="$o us"
-    else                        # message rate: ratio = ours / perftest
-        ratio=$(awk -v p="$p" -v o="$o" 'BEGIN { printf "%.2f", o / p }')
-        p="$p Mpps"; o="$o Mpps"
+    ratio=$(ratio_of "$kinds" "$p" "$o")
+    if [ $counted = 1 ]; then
+        stalled="$pst of ${#pv[@]} / $ost of ${#ov[@]}"
+        if [ ${#pc[@]} -gt 0 ] && [ ${#oc[@]} -gt 0 ]; then
+            clean=$(ratio_of "$kinds" "$(median "${pc[@]}")" "$(median "${oc[@]}")")
+        fi
     fi
+    if [ "$kinds" = lat ]; then p="$p us"; o="$o us"; else p="$p Mpps"; o="$o Mpps"; fi
     verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.9 ? "yes" : "no") }')
-    rows+=("| $name | $p | $o | $ratio | $verdict |")
-    echo "# $name: perftest $p (runs: ${pv[*]}), ours $o (runs: ${ov[*]}), ratio $ratio" >&2
+    rows+=("| $name | $p | $o | $ratio | $verdict | $stalled | $clean |")
+    echo "# $name: perftest $p (runs: ${pv[*]}), ours $o (runs: ${ov[*]}), ratio $ratio; retransmissions + RNR NAKs per run (perftest: ${pd[*]:--}; ours: ${od[*]:--}), ratio without them: $clean" >&2
 }
 
 row "WRITE 8 B" "bw write" ib_write_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_write_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
@@ -166,13 +212,17 @@ row "WRITE latency 8 B (two processes)" "lat" ib_write_lat -s 8 -n "$N_LAT" -- 2
 {
     echo "$DEV, $(uname -r), $REPEAT runs each (median), perftest and gpuverbs alternating"
     echo
-    echo "| test | perftest | gpuverbs (verbs backend, CPU initiator) | ratio | within 10%? |"
-    echo "|---|---|---|---|---|"
+    echo "| test | perftest | gpuverbs (verbs backend, CPU initiator) | ratio | within 10%? | runs with transport stalls (perftest / ours) | ratio of the runs without |"
+    echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
     echo
     echo "ratio: ours / perftest for message rates (bandwidth = rate x size), perftest / ours for the"
     echo "typical (median) one-way latency; 1.00 = as fast as perftest. Latency: both in two processes"
     echo "(a server and a client), ours with gv_write_lat ${LAT_ARGS:-(WRITEs not inline, as perftest posts them on rxe)}."
+    echo "Transport stalls: runs in which the device retransmitted after its timer or received an RNR"
+    echo "NAK (counters completer_retry_err, rcvd_rnr_err); the last column is the ratio of the medians"
+    echo "of the runs without any ('-' where either side had none, or the device has no such counters)."
+    echo "The verdict is on all runs."
 } | tee "$OUT/verbs_vs_perftest.md"
 rm -f "$OUT/srv.out" "$OUT/cli.out" "$OUT/ours.out"
 [ $fails = 0 ] || { echo "$fails run(s) failed: see $LOG"; exit 1; }
