@@ -45,7 +45,7 @@ __device__ bool block_stop(Failure* fail) {
 // syndrome). kStop (two-process mode): leave at the first failure, since every later wait on
 // a dead peer would wait out its own timeout.
 template <bool kStop>
-__global__ void bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
+__global__ void __launch_bounds__(512) bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
                           Failure* fail) {
     if (blockIdx.x >= nq) {  // receiver of a send_bw pair
         const uint32_t q = blockIdx.x - nq;

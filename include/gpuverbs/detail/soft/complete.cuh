@@ -12,7 +12,8 @@ namespace gv::detail::soft {
 
 /// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
 /// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
-GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o) {
+/// Returns true when that moved the peer to ERROR.
+GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o) {
     QpContext* r = lc.r;
     mlx5::CqeFields f{};
     f.qpn = r->qpn;
@@ -29,7 +30,9 @@ GV_HOST_DEVICE void complete_responder(QpContext* q, LeaderCache& lc, const Outc
     if (!cq_push(r->rcq, f) || o.resp_syndrome) {
         enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.peer_up = false;
+        return true;
     }
+    return false;
 }
 
 /// The requester's completion: always for an error, for success when signaled. Returns
@@ -74,29 +77,47 @@ GV_HOST_DEVICE bool responder_refused(uint8_t req_syndrome) {
            req_syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
 }
 
-/// Completes the WQE prepare() planned, after the group copied its data: CQEs, sq_ci, and
-/// ERROR for a failed WQE or a lost completion. Leader only.
-GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
-    if (o.resp_kind && lc.r) complete_responder(q, lc, o);
+/// Moves the leader's view past the WQE prepare() planned (sq_ci as the leader counts it, and
+/// what is left published), before its completion: drain() plans the next WQE from there while
+/// the group copies this one. Nothing another agent sees changes here (complete() stores sq_ci).
+GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
+    lc.ci += o.bbs;
+    lc.pending -= o.bbs;
+}
+
+/// Completes a WQE that advance() stepped past, after the group copied its data: CQEs, sq_ci,
+/// and ERROR for a failed WQE or a lost completion. Leader only. Returns true when that moved
+/// either QP to ERROR (what the leader read of them at the start of the drain is then stale).
+GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o) {
+    bool moved = false;
+    if (o.resp_kind && lc.r) moved = complete_responder(q, lc, o);
     // A request the responder refused (NAK) without consuming a receive (complete_responder
     // handled those, with their error CQE): the responder QP goes to ERROR too
     // (responder_refused says why). Its syndrome is the NAK's; its receives flush.
     if (!o.resp_kind && lc.r && responder_refused(o.req_syndrome)) {
         enter_error(lc.r, o.req_syndrome);
         lc.peer_up = false;
+        moved = true;
     }
     const bool ok = complete_requester(lc, o);
     GV_EXEC_STAMP(kStampCqe);
-    // Only the lock holder advances sq_ci; the lock's release store publishes it.
-    lc.ci += o.bbs;
+    // Only the lock holder advances sq_ci (to lc.ci: advance() counted this WQE); the lock's
+    // release store publishes it.
     atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
-    lc.pending -= o.bbs;
     const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
     if (failed || !ok) {
         enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.state = QpState::Error;
+        moved = true;
     }
     GV_EXEC_STAMP(kStampFinished);
+    return moved;
+}
+
+/// Completes the WQE prepare() planned, after the group copied its data. Leader only.
+GV_HOST_DEVICE void finish(QpContext* q, LeaderCache& lc, const Outcome& o) {
+    advance(lc, o);
+    complete(q, lc, o);
 }
 
 }  // namespace gv::detail::soft

@@ -348,7 +348,11 @@ GV_HOST_DEVICE uint8_t plan_scatter(LeaderCache& lc, const RqView& v, unsigned l
 
 /// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
 /// kExecute with p.out.req_syndrome set: the WQE fails, and finish() completes it so.
-GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
+/// ahead: drain() plans this WQE while the group still copies the one before it, which is not
+/// complete yet; then only a WRITE or a READ is planned (kStop for the rest, which prepare()
+/// plans again in its turn): planning those changes nothing another agent sees, where an
+/// atomic is performed and a SEND or WRITE_IMM claims the peer's receive here.
+GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahead = false) {
     p.nseg = 0;
     p.sys = 0;
     if (!next_published(lc)) return kStop;
@@ -371,6 +375,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
     };
     if (uint8_t s = check_header(q, lc, w, o)) return fail(s);
     const uint8_t op = w.opcode();
+    if (ahead && op != MLX5_OPCODE_RDMA_WRITE && op != MLX5_OPCODE_RDMA_READ) return kStop;
     if (op == MLX5_OPCODE_NOP) {
         p.out = o;
         return kExecute;
@@ -437,10 +442,46 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p) {
 /// group barrier: a barrier costs more than the leader's few loads and stores.
 inline constexpr uint64_t kLeaderBytes = 128;
 
+/// Groups of at least this many threads plan the next WQE while they copy one: the first warp
+/// plans (its leader), the others copy. Smaller groups plan and copy in turns, all copying.
+#ifndef GV_PLAN_AHEAD_THREADS
+#define GV_PLAN_AHEAD_THREADS 256
+#endif
+inline constexpr uint32_t kPlanAheadThreads = GV_PLAN_AHEAD_THREADS;
+
+/// The threads of a group from rank `from` on, as a group of their own (the copying warps of a
+/// group that plans ahead). Only what group_copy uses.
+template <typename G>
+struct GroupTail {
+    const G& g;
+    uint32_t from;
+    GV_HOST_DEVICE uint32_t rank() const { return g.rank() - from; }
+    GV_HOST_DEVICE uint32_t size() const { return g.size() - from; }
+};
+
+/// The leader plans the WQE after the one the group is copying (advance() has stepped past
+/// it) into `next`: true when that is a WRITE or READ for the group to copy next. Anything else
+/// (nothing published, another opcode, a WQE that fails its checks or moves at most
+/// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
+GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& next) {
+    if (prepare(q, lc, next, true) != kExecute) return false;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < next.nseg; ++i) bytes += next.seg[i].len;
+    return bytes > kLeaderBytes;
+}
+
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
 /// the whole group through q->plan. dbrec: the QP's doorbell record (progress() read its
 /// address before it took the lock).
+///
+/// A large WQE costs the group its copy and, between two copies, the leader's work: the fence
+/// and completion of the one, the planning of the next (reading and checking the WQE, its
+/// regions: a chain of dependent loads). Groups of kPlanAheadThreads or more overlap the
+/// planning with the copy: while the other warps copy WQE k, the leader plans k+1 into the
+/// other plan buffer (plan_ahead), so between two copies only the fence and k's completion
+/// remain. The plan of k+1 stands only if completing k changed nothing it was planned on (a
+/// lost completion moves the QP to ERROR, and k+1 then flushes: prepare() plans it again).
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     LeaderCache lc;  // meaningful in the leader only
@@ -451,10 +492,13 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
     // it too large, and once in prepare()).
     bool try_fast = true;
+    const bool split = g.size() >= kPlanAheadThreads;
+    uint32_t buf = 0;    // q->plan[buf]: the plan the group runs next
+    bool ahead = false;  // leader: q->plan[buf] was planned during the last copy
     for (;;) {
         if (g.leader()) {
-            uint32_t act;
-            for (;;) {
+            uint32_t act = kExecute;
+            while (!ahead) {
                 if (!lc.batches) load_batch(q, lc, dbrec);
                 if (try_fast && next_published(lc)) fast_run(q, lc);
                 Plan p;
@@ -464,7 +508,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
                 try_fast = bytes <= kFastBytes;
                 if (g.size() > 1 && bytes > kLeaderBytes) {
-                    Plan& shared = q->plan;  // for the group: header and used segments only
+                    Plan& shared = q->plan[buf];  // for the group: header and used segments only
                     shared.nseg = p.nseg;
                     shared.sys = p.sys;
                     shared.out = p.out;
@@ -485,16 +529,27 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 finish(q, lc, p.out);
             }
             if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
-            q->plan.act = act;
+            q->plan[buf].act = act;
         }
         // One barrier publishes the leader's plan; the one after the copy tells the leader
         // everyone is done with it (so two barriers per large WQE).
         g.sync();
-        const Plan& p = q->plan;
+        const Plan& p = q->plan[buf];
         const uint32_t act = p.act;
         if (act != kExecute) return act;
-        uint32_t nseg = p.nseg;
-        for (uint32_t i = 0; i < nseg; ++i) group_copy(g, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+        // Groups that plan ahead copy with all warps but the first; the others with everyone.
+        const uint32_t from = split ? 32 : 0;
+        if (g.rank() >= from) {
+            const GroupTail<G> copiers{g, from};
+            const uint32_t nseg = p.nseg;
+            for (uint32_t i = 0; i < nseg; ++i) group_copy(copiers, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+        }
+        if (g.leader()) {
+            advance(lc, p.out);
+            // The next WQE's plan goes into the other buffer, which the group last read in the
+            // copy before this one (done: the barrier above came after it).
+            if (split) ahead = plan_ahead(q, lc, q->plan[buf ^ 1]);
+        }
         // RC ordering: every thread's stores of this WQE are visible (at the scope of the
         // memory written) before the leader completes it and before any byte of the next WQE
         // is stored. One release fence, the leader's, after the barrier: the barrier orders
@@ -507,11 +562,16 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         // 2026-12-02): 4 KiB WRITEs over 264 QPs x 512 threads 9% faster, 64 KiB unchanged.
         // p.sys carries kScopePeer on two GPUs: the poller of the data (and of the
         // completion that follows) runs on the other GPU, so system scope.
+        // A plan made ahead changes none of this: no thread stores a byte of WQE k+1 before
+        // the barrier that follows this fence.
         g.sync();
         if (g.leader()) {
             atom::fence_release(p.sys != 0);
-            finish(q, lc, p.out);
+            // advance() counted this WQE already. If completing it moved either QP to ERROR (a
+            // lost completion), a plan made ahead is void: the next WQE flushes instead.
+            if (complete(q, lc, p.out)) ahead = false;
         }
+        buf ^= 1;
     }
 }
 

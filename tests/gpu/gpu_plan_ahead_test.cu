@@ -1,0 +1,251 @@
+// Groups of 256 threads or more plan a QP's next WQE while they copy the current one
+// (drain() in gpuverbs/detail/soft/exec.cuh): the leader reads and checks WQE k+1 while the
+// other warps copy WQE k. These tests run that path where it can go wrong:
+//   - every opcode mixed in one block's commits (large and small WRITEs and READs, SENDs,
+//     fetch-adds, NOPs, at odd offsets), so that plans made ahead meet the WQEs they must not
+//     plan (a SEND claims a receive, an atomic acts, a small WQE runs in the leader alone);
+//     every byte of every buffer is checked, guards included;
+//   - a completion lost to a full CQ while the next WQE was already planned: the QP goes to
+//     ERROR, and that WQE and every later one must be flushed with no byte written.
+// The kernels declare __launch_bounds__(512): a kernel that commits at block scope with 512
+// threads needs it (docs/execution-model.md, "Registers").
+#include "gpu/gpu_verbs_util.cuh"
+
+using namespace gv;
+using gvtest::DevBuf;
+
+namespace {
+
+enum Kind : uint32_t { kBigWrite, kBigRead, kSmallWrite, kSmallRead, kSend, kFetchAdd, kNop };
+
+constexpr size_t kSlot = 16 << 10;  // bytes each (round, thread) owns in every data buffer
+constexpr uint32_t kRounds = 6;
+
+struct Op {
+    uint32_t kind;
+    uint32_t len;  // bytes moved (WRITE, READ, SEND)
+    uint32_t off;  // where the data starts within the slot (0..63: misaligned at times)
+};
+
+/// One allocation, one memory region (one lkey, one rkey), carved in parts of n bytes.
+struct Layout {
+    uint8_t* src;       // local: WRITE and SEND sources
+    uint8_t* wdst;      // remote: WRITE destinations
+    uint8_t* rsrc;      // remote: READ sources
+    uint8_t* rdst;      // local: READ destinations
+    uint8_t* recv;      // remote: receive buffers (SEND destinations)
+    uint64_t* olds;     // local: the old value of each fetch-add, one word per (round, thread)
+    uint64_t* counter;  // remote: the fetch-add target
+    uint32_t lkey, rkey;
+};
+
+// owners[r * T + i]: the thread whose SEND is the round's i-th (and so takes receive i);
+// sends[r]: how many SENDs round r has.
+__global__ void __launch_bounds__(512) mixed_kernel(dev::QpHandle a, dev::QpHandle b, const Op* ops,
+                                                    const uint32_t* sends, const uint32_t* owners, Layout m,
+                                                    DevErr* err) {
+    const uint32_t t = threadIdx.x, T = blockDim.x;
+    for (uint32_t r = 0; r < kRounds; ++r) {
+        // The round's receives, in order, by one thread: receive i is the slot of the thread
+        // that posts the round's i-th SEND.
+        if (t == 0)
+            for (uint32_t i = 0; i < sends[r]; ++i)
+                DCHECK_EQ(dev::recv(b, m.recv + (size_t(r) * T + owners[r * T + i]) * kSlot, uint32_t(kSlot), m.lkey,
+                                    kWait),
+                          Status::Ok);
+        __syncthreads();
+        const Op op = ops[r * T + t];
+        const size_t at = (size_t(r) * T + t) * kSlot + op.off;
+        const uint32_t fl = t == T - 1 ? kSignaled : 0;
+        Status st;
+        if (op.kind == kBigWrite || op.kind == kSmallWrite)
+            st = dev::write<Scope::Block>(a, m.src + at, op.len, m.lkey, uint64_t(m.wdst + at), m.rkey, fl, kWait);
+        else if (op.kind == kBigRead || op.kind == kSmallRead)
+            st = dev::read<Scope::Block>(a, m.rdst + at, op.len, m.lkey, uint64_t(m.rsrc + at), m.rkey, fl, kWait);
+        else if (op.kind == kSend)
+            st = dev::send<Scope::Block>(a, m.src + at, op.len, m.lkey, fl, kWait);
+        else if (op.kind == kFetchAdd)
+            st = dev::fetch_add<Scope::Block>(a, m.olds + size_t(r) * T + t, m.lkey, uint64_t(m.counter), m.rkey, 1, fl,
+                                              kWait);
+        else
+            st = dev::nop<Scope::Block>(a, fl, kWait);
+        DCHECK_EQ(st, Status::Ok);
+        DCHECK_EQ(dev::commit<Scope::Block>(a), Status::Ok);
+        if (t == 0) {
+            Completion c{};
+            DCHECK_EQ(dev::wait_send(a, 1, &c, kWait), Status::Ok);
+            DCHECK_EQ(c.status, 0);
+            if (sends[r]) DCHECK_EQ(dev::wait_recv(b, sends[r], nullptr, kWait), Status::Ok);
+        }
+        __syncthreads();
+    }
+}
+
+void run_mixed(uint32_t T, uint64_t seed) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    o.rq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    const size_t n = size_t(kRounds) * T * kSlot, words = size_t(kRounds) * T;
+    DevBuf mem(5 * n + words * 8 + 64);
+    ASSERT_TRUE(mem.p);
+    MemoryRegion mr(p.pd, mem.p, mem.n, kAllAccess);
+    Layout m{};
+    m.src = mem.get();
+    m.wdst = m.src + n;
+    m.rsrc = m.wdst + n;
+    m.rdst = m.rsrc + n;
+    m.recv = m.rdst + n;
+    m.olds = reinterpret_cast<uint64_t*>(m.recv + n);
+    m.counter = m.olds + words;
+    m.lkey = mr.lkey();
+    m.rkey = mr.rkey();
+
+    std::vector<uint8_t> src(n), rsrc(n);
+    gvtest::fill_random(src.data(), n, seed);
+    gvtest::fill_random(rsrc.data(), n, seed + 1);
+    h2d(m.src, src.data(), n);
+    h2d(m.rsrc, rsrc.data(), n);
+    for (uint8_t* b : {m.wdst, m.rdst, m.recv}) CUDA_OK(cudaMemset(b, kGuard, n));
+    CUDA_OK(cudaMemset(m.olds, 0xff, words * 8 + 64));
+    CUDA_OK(cudaMemset(m.counter, 0, 8));
+
+    // The operations, and what every byte must hold afterwards.
+    std::mt19937_64 rng(seed);
+    std::vector<Op> ops(words);
+    std::vector<uint32_t> sends(kRounds, 0), owners(words, 0);
+    std::vector<uint8_t> wdst(n, kGuard), rdst(n, kGuard), recv(n, kGuard);
+    uint64_t adds = 0;
+    uint32_t count[7] = {};
+    for (uint32_t r = 0; r < kRounds; ++r) {
+        for (uint32_t t = 0; t < T; ++t) {
+            Op& op = ops[r * T + t];
+            const uint32_t roll = uint32_t(rng() % 100);
+            op.kind = roll < 30 ? kBigWrite : roll < 50 ? kBigRead : roll < 62 ? kSmallWrite : roll < 67 ? kSmallRead
+                      : roll < 82 ? kSend : roll < 93 ? kFetchAdd : kNop;
+            const bool small = op.kind == kSmallWrite || op.kind == kSmallRead;
+            // Large: past the leader-alone limit (128 bytes), up to the slot; small: 1..128.
+            op.len = small ? 1 + uint32_t(rng() % 128) : 129 + uint32_t(rng() % (kSlot - 64 - 129));
+            if (op.kind == kSend && rng() % 4 == 0) op.len = 1 + uint32_t(rng() % 128);
+            op.off = uint32_t(rng() % 64);
+            ++count[op.kind];
+            const size_t base = (size_t(r) * T + t) * kSlot, at = base + op.off;
+            if (op.kind == kBigWrite || op.kind == kSmallWrite) std::memcpy(&wdst[at], &src[at], op.len);
+            if (op.kind == kBigRead || op.kind == kSmallRead) std::memcpy(&rdst[at], &rsrc[at], op.len);
+            if (op.kind == kSend) {
+                std::memcpy(&recv[base], &src[at], op.len);
+                owners[r * T + sends[r]++] = t;
+            }
+            if (op.kind == kFetchAdd) ++adds;
+        }
+    }
+    auto d_ops = upload(ops);
+    auto d_sends = upload(sends);
+    auto d_owners = upload(owners);
+    Err err;
+    mixed_kernel<<<1, T>>>(p.h(0), p.h(1), d_ops->get<Op>(), d_sends->get<uint32_t>(), d_owners->get<uint32_t>(), m,
+                           err.get());
+    LAUNCH_OK();
+    err.expect_none("mixed kernel");
+    std::printf("[ gpu ] %u threads x %u rounds: %u large WRITEs, %u large READs, %u small WRITEs, %u small READs, "
+                "%u SENDs, %u fetch-adds, %u NOPs\n",
+                T, kRounds, count[kBigWrite], count[kBigRead], count[kSmallWrite], count[kSmallRead], count[kSend],
+                count[kFetchAdd], count[kNop]);
+
+    struct Check {
+        const char* what;
+        const uint8_t* dev;
+        const std::vector<uint8_t>& want;
+    } checks[] = {{"WRITE destinations", m.wdst, wdst}, {"READ destinations", m.rdst, rdst}, {"receive buffers", m.recv, recv}};
+    for (const Check& c : checks) {
+        const auto got = d2h(c.dev, n);
+        const long d = gvtest::first_diff(got.data(), c.want.data(), n);
+        EXPECT_EQ(d, -1) << c.what << ": first wrong byte at " << d << " (round " << (d / kSlot) / T << ", thread "
+                         << (d / kSlot) % T << ", offset " << d % kSlot << " in its slot, kind "
+                         << (d >= 0 ? ops[d / kSlot].kind : 0) << ")";
+    }
+    const auto olds = d2h<uint64_t>(m.olds, words + 1);
+    std::vector<uint64_t> seen;
+    for (size_t i = 0; i < words; ++i) {
+        if (ops[i].kind == kFetchAdd) seen.push_back(olds[i]);
+        else EXPECT_EQ(olds[i], ~0ull) << "a word no fetch-add owns changed: " << i;
+    }
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i) << "fetch-add old values are not 0.." << adds - 1;
+    EXPECT_EQ(olds[words], adds) << "the counter after " << adds << " fetch-adds of 1";
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+}
+
+// Every thread posts one signaled WRITE of len bytes into its own slot; one block commit;
+// thread 0 waits for all T completions, which a CQ of 4 cannot hold.
+__global__ void __launch_bounds__(512) overrun_kernel(dev::QpHandle a, const uint8_t* src, uint8_t* dst, uint32_t len,
+                                                      uint32_t lkey, uint32_t rkey, uint32_t* out) {
+    const uint32_t t = threadIdx.x;
+    Status st = dev::write<Scope::Block>(a, src + size_t(t) * len, len, lkey, uint64_t(dst + size_t(t) * len), rkey,
+                                         kSignaled, kWait);
+    if (st != Status::Ok) atomicAdd(&out[2], 1u);
+    if (dev::commit<Scope::Block>(a) != Status::Ok) atomicAdd(&out[2], 1u);
+    if (t == 0) {
+        uint32_t got = 0;
+        out[0] = uint32_t(dev::wait_send(a, blockDim.x, nullptr, kWait, &got));
+        out[1] = got;
+    }
+}
+
+void run_overrun(uint32_t T, uint32_t len) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o, MemoryKind::Default, 4);
+    const uint32_t depth = p.scq[0]->depth();
+    const size_t n = size_t(T) * len;
+    DevBuf src(n), dst(n), out(16);
+    ASSERT_TRUE(src.p && dst.p && out.p);
+    MemoryRegion ms(p.pd, src.p, n, kLocalWrite), md(p.pd, dst.p, n, kAllAccess);
+    std::vector<uint8_t> hsrc(n);
+    gvtest::fill_random(hsrc.data(), n, T + len);
+    h2d(src.p, hsrc.data(), n);
+    CUDA_OK(cudaMemset(dst.p, kGuard, n));
+    CUDA_OK(cudaMemset(out.p, 0, 16));
+    overrun_kernel<<<1, T>>>(p.h(0), src.get(), dst.get(), len, ms.lkey(), md.rkey(), out.get<uint32_t>());
+    LAUNCH_OK();
+    const auto res = d2h<uint32_t>(out.p, 3);
+    EXPECT_EQ(res[2], 0u) << "posts or commits that failed";
+    EXPECT_EQ(Status(res[0]), Status::CqOverrun) << "wait_send's status (polled " << res[1] << ")";
+    EXPECT_LE(res[1], depth);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+    // The WRITEs whose data landed are a prefix: those completed (at most `depth`) and the one
+    // whose completion found the CQ full. The next one was planned while that one was copied;
+    // it, and everything after it, is flushed: not one byte of theirs may land.
+    const auto got = d2h(dst.p, n);
+    uint32_t landed = 0;
+    while (landed < T && std::memcmp(&got[size_t(landed) * len], &hsrc[size_t(landed) * len], len) == 0) ++landed;
+    EXPECT_GE(landed, res[1]);
+    EXPECT_EQ(landed, depth + 1) << "WRITEs whose data landed, of " << T << " (CQ depth " << depth << ")";
+    for (uint32_t w = landed; w < T; ++w)
+        for (size_t i = 0; i < len; ++i)
+            ASSERT_EQ(got[size_t(w) * len + i], kGuard) << "flushed WRITE " << w << " wrote byte " << i;
+}
+
+}  // namespace
+
+TEST(GpuPlanAhead, MixedOpsBlockOf512) {
+    GV_SKIP_WITHOUT_GPU();
+    run_mixed(512, 21);
+}
+
+TEST(GpuPlanAhead, MixedOpsBlockOf256) {
+    GV_SKIP_WITHOUT_GPU();
+    run_mixed(256, 22);
+}
+
+TEST(GpuPlanAhead, MixedOpsBlockOf128) {  // below the plan-ahead size: the same checks, in turns
+    GV_SKIP_WITHOUT_GPU();
+    run_mixed(128, 23);
+}
+
+TEST(GpuPlanAhead, LostCompletionFlushesThePlanMadeAhead) {
+    GV_SKIP_WITHOUT_GPU();
+    run_overrun(512, 16 << 10);
+    run_overrun(256, 4 << 10);
+}
