@@ -460,13 +460,13 @@ struct GroupTail {
 };
 
 /// The leader plans the WQE after the one the group is copying (advance() has stepped past
-/// it) into `next`: true when that is a WRITE or READ for the group to copy next. Anything else
+/// it) into p: true when that is a WRITE or READ for the group to copy next. Anything else
 /// (nothing published, another opcode, a WQE that fails its checks or moves at most
 /// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
-GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& next) {
-    if (prepare(q, lc, next, true) != kExecute) return false;
+GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p) {
+    if (prepare(q, lc, p, true) != kExecute) return false;
     uint64_t bytes = 0;
-    for (uint32_t i = 0; i < next.nseg; ++i) bytes += next.seg[i].len;
+    for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
     return bytes > kLeaderBytes;
 }
 
@@ -478,10 +478,11 @@ GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& next) {
 /// A large WQE costs the group its copy and, between two copies, the leader's work: the fence
 /// and completion of the one, the planning of the next (reading and checking the WQE, its
 /// regions: a chain of dependent loads). Groups of kPlanAheadThreads or more overlap the
-/// planning with the copy: while the other warps copy WQE k, the leader plans k+1 into the
-/// other plan buffer (plan_ahead), so between two copies only the fence and k's completion
-/// remain. The plan of k+1 stands only if completing k changed nothing it was planned on (a
-/// lost completion moves the QP to ERROR, and k+1 then flushes: prepare() plans it again).
+/// planning with the copy: while the other warps copy WQE k, the leader plans k+1 into its own
+/// plan (plan_ahead; the group copies from q->plan, published before), so between two copies
+/// only the fence, k's completion and the plan's hand-off remain. The plan of k+1 stands only
+/// if completing k changed nothing it was planned on (a lost completion moves the QP to ERROR,
+/// and k+1 then flushes: prepare() plans it again).
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     LeaderCache lc;  // meaningful in the leader only
@@ -492,29 +493,20 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
     // it too large, and once in prepare()).
     bool try_fast = true;
-    const bool split = g.size() >= kPlanAheadThreads;
-    uint32_t buf = 0;    // q->plan[buf]: the plan the group runs next
-    bool ahead = false;  // leader: q->plan[buf] was planned during the last copy
+    Plan p;              // the leader's: the WQE at lc.ci, planned
+    bool ahead = false;  // p was planned during the last copy
     for (;;) {
         if (g.leader()) {
             uint32_t act = kExecute;
             while (!ahead) {
                 if (!lc.batches) load_batch(q, lc, dbrec);
                 if (try_fast && next_published(lc)) fast_run(q, lc);
-                Plan p;
                 act = prepare(q, lc, p);
                 if (act != kExecute) break;
                 uint64_t bytes = 0;
                 for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
                 try_fast = bytes <= kFastBytes;
-                if (g.size() > 1 && bytes > kLeaderBytes) {
-                    Plan& shared = q->plan[buf];  // for the group: header and used segments only
-                    shared.nseg = p.nseg;
-                    shared.sys = p.sys;
-                    shared.out = p.out;
-                    for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
-                    break;
-                }
+                if (g.size() > 1 && bytes > kLeaderBytes) break;
                 bool stored = false;
                 for (uint32_t i = 0; i < p.nseg; ++i)
                     stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
@@ -529,26 +521,32 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 finish(q, lc, p.out);
             }
             if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
-            q->plan[buf].act = act;
+            Plan& shared = q->plan;  // for the group: header and used segments only
+            shared.act = act;
+            if (act == kExecute) {
+                shared.nseg = p.nseg;
+                shared.sys = p.sys;
+                shared.out = p.out;
+                for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
+            }
         }
         // One barrier publishes the leader's plan; the one after the copy tells the leader
         // everyone is done with it (so two barriers per large WQE).
         g.sync();
-        const Plan& p = q->plan[buf];
-        const uint32_t act = p.act;
+        const Plan& sp = q->plan;
+        const uint32_t act = sp.act;
         if (act != kExecute) return act;
-        // Groups that plan ahead copy with all warps but the first; the others with everyone.
-        const uint32_t from = split ? 32 : 0;
+        // Groups that plan ahead copy with all warps but the first, whose leader plans.
+        const uint32_t from = g.size() >= kPlanAheadThreads ? 32 : 0;
         if (g.rank() >= from) {
             const GroupTail<G> copiers{g, from};
-            const uint32_t nseg = p.nseg;
-            for (uint32_t i = 0; i < nseg; ++i) group_copy(copiers, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+            const uint32_t nseg = sp.nseg;
+            for (uint32_t i = 0; i < nseg; ++i) group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
         }
         if (g.leader()) {
             advance(lc, p.out);
-            // The next WQE's plan goes into the other buffer, which the group last read in the
-            // copy before this one (done: the barrier above came after it).
-            if (split) ahead = plan_ahead(q, lc, q->plan[buf ^ 1]);
+            // p was handed out through q->plan, so the leader may plan the next WQE into it.
+            if (from) ahead = plan_ahead(q, lc, p);
         }
         // RC ordering: every thread's stores of this WQE are visible (at the scope of the
         // memory written) before the leader completes it and before any byte of the next WQE
@@ -560,18 +558,17 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         // cooperative groups' grid sync (__syncthreads, then one thread's __threadfence).
         // Measured against a fence in every storing thread before the barrier (H200,
         // 2026-12-02): 4 KiB WRITEs over 264 QPs x 512 threads 9% faster, 64 KiB unchanged.
-        // p.sys carries kScopePeer on two GPUs: the poller of the data (and of the
-        // completion that follows) runs on the other GPU, so system scope.
-        // A plan made ahead changes none of this: no thread stores a byte of WQE k+1 before
-        // the barrier that follows this fence.
+        // sys carries kScopePeer on two GPUs: the poller of the data (and of the completion
+        // that follows) runs on the other GPU, so system scope. A plan made ahead changes
+        // none of this: no thread stores a byte of WQE k+1 before the barrier that follows
+        // this fence.
         g.sync();
         if (g.leader()) {
-            atom::fence_release(p.sys != 0);
+            atom::fence_release(sp.sys != 0);
             // advance() counted this WQE already. If completing it moved either QP to ERROR (a
             // lost completion), a plan made ahead is void: the next WQE flushes instead.
-            if (complete(q, lc, p.out)) ahead = false;
+            if (complete(q, lc, sp.out)) ahead = false;
         }
-        buf ^= 1;
     }
 }
 

@@ -191,9 +191,7 @@ struct QpContext {
     uint32_t rnr_waiting;    ///< 1 while the WQE at sq_ci waits for a receive
     unsigned long long rnr_deadline;  ///< next retry time (ns)
     unsigned long long executed;      ///< WQEs executed (statistics)
-    /// Two, so that the group's leader can plan the next WQE into one while the group copies
-    /// the other (drain() in exec.cuh).
-    Plan plan[2];
+    Plan plan;
 };
 
 /// The scope of RMWs and fences on q's execution state and its peer's (see kScopePeer):
