@@ -383,6 +383,12 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         throw gvcli::UsageError("--inline-size: CPU initiators only (a verbs --device such as rxe0, or a build "
                                 "without CUDA); kernels post from their buffers");
 #if defined(__CUDACC__)
+    if (o.gpu_init && !o.lat && o.threads > kMaxBlockThreads)
+        throw gvcli::UsageError("--threads " + std::to_string(o.threads) + ": GPU initiators take at most " +
+                                std::to_string(kMaxBlockThreads) +
+                                " threads per block (the kernel is built with __launch_bounds__(" +
+                                std::to_string(kMaxBlockThreads) +
+                                ") so that it fits 128 registers a thread); up to 1024 with --initiator cpu");
     if (o.mode == Mode::Loopback) {
         if (!o.gpu_init && (op_index(o.op) == 2 || o.lat))
             throw gvcli::UsageError("--initiator cpu: supported by write_bw and read_bw only (on the software "

@@ -44,8 +44,13 @@ __device__ bool block_stop(Failure* fail) {
 // completion, which would cost the kernel registers: the host adds the failed QP's state and
 // syndrome). kStop (two-process mode): leave at the first failure, since every later wait on
 // a dead peer would wait out its own timeout.
+/// Threads per block of bw_kernel at most. A kernel that commits at block scope inlines the
+/// software device's executor (about 133 registers a thread, ptxas for sm_90); 512 threads need
+/// at most 128, which __launch_bounds__ makes ptxas fit (20 bytes of spills).
+inline constexpr uint32_t kMaxBlockThreads = 512;
+
 template <bool kStop>
-__global__ void __launch_bounds__(512) bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
+__global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
                           Failure* fail) {
     if (blockIdx.x >= nq) {  // receiver of a send_bw pair
         const uint32_t q = blockIdx.x - nq;

@@ -57,19 +57,27 @@ __global__ void __launch_bounds__(512) mixed_kernel(dev::QpHandle a, dev::QpHand
         const Op op = ops[r * T + t];
         const size_t at = (size_t(r) * T + t) * kSlot + op.off;
         const uint32_t fl = t == T - 1 ? kSignaled : 0;
-        Status st;
+        // Block scope is collective: every thread makes the same calls (reserve, store,
+        // publish), in which the warps shuffle and the block synchronises; only the WQE each
+        // thread builds in its registers differs.
+        dev::Reservation res;
+        DCHECK_EQ(dev::sq_reserve_group<Scope::Block>(a, 1, &res, kWait), Status::Ok);
+        dev::WqeBb w;
         if (op.kind == kBigWrite || op.kind == kSmallWrite)
-            st = dev::write<Scope::Block>(a, m.src + at, op.len, m.lkey, uint64_t(m.wdst + at), m.rkey, fl, kWait);
+            w = dev::sge1_wqebb(a, res.pos, MLX5_OPCODE_RDMA_WRITE, fl, 0, uint64_t(m.wdst + at), m.rkey,
+                                Sge{uint64_t(m.src + at), op.len, m.lkey});
         else if (op.kind == kBigRead || op.kind == kSmallRead)
-            st = dev::read<Scope::Block>(a, m.rdst + at, op.len, m.lkey, uint64_t(m.rsrc + at), m.rkey, fl, kWait);
+            w = dev::sge1_wqebb(a, res.pos, MLX5_OPCODE_RDMA_READ, fl, 0, uint64_t(m.rsrc + at), m.rkey,
+                                Sge{uint64_t(m.rdst + at), op.len, m.lkey});
         else if (op.kind == kSend)
-            st = dev::send<Scope::Block>(a, m.src + at, op.len, m.lkey, fl, kWait);
+            w = dev::sge1_wqebb(a, res.pos, MLX5_OPCODE_SEND, fl, 0, 0, 0, Sge{uint64_t(m.src + at), op.len, m.lkey});
         else if (op.kind == kFetchAdd)
-            st = dev::fetch_add<Scope::Block>(a, m.olds + size_t(r) * T + t, m.lkey, uint64_t(m.counter), m.rkey, 1, fl,
-                                              kWait);
+            w = dev::atomic_wqebb(a, res.pos, MLX5_OPCODE_ATOMIC_FA, m.olds + size_t(r) * T + t, m.lkey,
+                                  uint64_t(m.counter), m.rkey, 1, 0, fl);
         else
-            st = dev::nop<Scope::Block>(a, fl, kWait);
-        DCHECK_EQ(st, Status::Ok);
+            w = dev::nop_wqebb(a, res.pos, fl);
+        dev::store_wqebb(a, res, w, res.status == Status::Ok);
+        dev::sq_publish_group<Scope::Block>(a, res);
         DCHECK_EQ(dev::commit<Scope::Block>(a), Status::Ok);
         if (t == 0) {
             Completion c{};
