@@ -536,12 +536,24 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         const Plan& sp = q->plan;
         const uint32_t act = sp.act;
         if (act != kExecute) return act;
-        // Groups that plan ahead copy with all warps but the first, whose leader plans.
-        const uint32_t from = g.size() >= kPlanAheadThreads ? 32 : 0;
+        // Groups that plan ahead copy with all warps but the first, whose leader plans. Not
+        // while a SEND (or WRITE_IMM) is copied: the next WQE is most likely one too, which
+        // is not planned ahead (its receive is claimed in its turn), so every warp copies.
+        const uint32_t from =
+            g.size() >= kPlanAheadThreads && !mlx5::consumes_receive(sp.out.opcode) ? 32 : 0;
         if (g.rank() >= from) {
             const GroupTail<G> copiers{g, from};
             const uint32_t nseg = sp.nseg;
-            for (uint32_t i = 0; i < nseg; ++i) group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
+            bool stored = false;
+            for (uint32_t i = 0; i < nseg; ++i)
+                stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
+            // Host memory or another GPU's (sys): every storing thread fences its own stores at
+            // system scope before the barrier, besides the leader's fence after it. With the
+            // leader's alone, a READ that a CPU thread posted after seeing a WRITE's completion
+            // read that WRITE's host-memory target without its bytes (H200, 2026-12-03, the
+            // traffic suite's soft_gpu_cpu_initiator instance, once in a README run, when the
+            // leader planned and did not copy; docs/execution-model.md).
+            if (stored && sp.sys != 0) atom::fence_release(true);
         }
         if (g.leader()) {
             advance(lc, p.out);
