@@ -80,9 +80,14 @@ GV_HOST_DEVICE bool group_copy(const G& g, uint64_t dst, uint64_t src, uint64_t 
     // Threads store only when their rank is below the number of pieces (all < len).
     return g.rank() < len;
 #else
-    (void)g;
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
-    return true;
+    // A CPU thread executes alone (ThreadGroup); a group of CPU threads (the tests that run
+    // the executor's group path on the CPU) copies a byte share each.
+    if (g.size() == 1) {
+        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+        return true;
+    }
+    copy_words(g, reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src), len);
+    return g.rank() < len;
 #endif
 }
 

@@ -346,6 +346,15 @@ GV_HOST_DEVICE uint8_t plan_scatter(LeaderCache& lc, const RqView& v, unsigned l
     return 0;
 }
 
+/// True when two of the plan's destination ranges overlap (entries of a READ's or a receive's
+/// scatter list that the user placed over each other). Those are written in list order.
+GV_HOST_DEVICE bool destinations_overlap(const Plan& p) {
+    for (uint32_t i = 1; i < p.nseg; ++i)
+        for (uint32_t j = 0; j < i; ++j)
+            if (p.seg[i].dst < p.seg[j].dst + p.seg[j].len && p.seg[j].dst < p.seg[i].dst + p.seg[i].len) return true;
+    return false;
+}
+
 /// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
 /// kExecute with p.out.req_syndrome set: the WQE fails, and finish() completes it so.
 /// ahead: drain() plans this WQE while the group still copies the one before it, which is not
@@ -355,6 +364,7 @@ GV_HOST_DEVICE uint8_t plan_scatter(LeaderCache& lc, const RqView& v, unsigned l
 GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahead = false) {
     p.nseg = 0;
     p.sys = 0;
+    p.overlap = 0;
     if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
@@ -434,6 +444,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahe
             if (uint8_t s = plan_scatter(lc, rv, rc, g, p, o)) return fail(s);
         }
     }
+    p.overlap = destinations_overlap(p) ? 1 : 0;
     p.out = o;
     return kExecute;
 }
@@ -526,6 +537,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             if (act == kExecute) {
                 shared.nseg = p.nseg;
                 shared.sys = p.sys;
+                shared.overlap = p.overlap;
                 shared.out = p.out;
                 for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
             }
@@ -539,14 +551,21 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         // Groups that plan ahead copy with all warps but the first, whose leader plans. Not
         // while a SEND (or WRITE_IMM) is copied: the next WQE is most likely one too, which
         // is not planned ahead (its receive is claimed in its turn), so every warp copies.
+        // Nor when destinations overlap: then everyone copies segment by segment, a barrier
+        // between two (found on 2026-12-03: with the copy shared differently, the traffic
+        // suite's overlapping READ scatter entries came out in another order; as before, they
+        // were right by timing only).
+        const uint32_t overlap = sp.overlap;
         const uint32_t from =
-            g.size() >= kPlanAheadThreads && !mlx5::consumes_receive(sp.out.opcode) ? 32 : 0;
+            g.size() >= kPlanAheadThreads && !overlap && !mlx5::consumes_receive(sp.out.opcode) ? 32 : 0;
         if (g.rank() >= from) {
             const GroupTail<G> copiers{g, from};
             const uint32_t nseg = sp.nseg;
             bool stored = false;
-            for (uint32_t i = 0; i < nseg; ++i)
+            for (uint32_t i = 0; i < nseg; ++i) {
+                if (overlap && i) g.sync();  // from is 0: every thread is here
                 stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
+            }
             // Host memory or another GPU's (sys): every storing thread fences its own stores at
             // system scope before the barrier, besides the leader's fence after it. With the
             // leader's alone, a READ that a CPU thread posted after seeing a WRITE's completion
@@ -558,7 +577,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         if (g.leader()) {
             advance(lc, p.out);
             // p was handed out through q->plan, so the leader may plan the next WQE into it.
-            if (from) ahead = plan_ahead(q, lc, p);
+            ahead = from ? plan_ahead(q, lc, p) : false;
         }
         // RC ordering: every thread's stores of this WQE are visible (at the scope of the
         // memory written) before the leader completes it and before any byte of the next WQE

@@ -144,7 +144,10 @@ struct Plan {
     uint32_t act;  ///< what the group does next (exec.cuh's Action)
     uint32_t nseg;
     uint32_t sys;  ///< a destination is host memory: fence at system scope
-    uint32_t pad;
+    /// Two segments' destinations overlap (a scatter list whose entries overlap): the group
+    /// copies the segments one after another, a barrier between them, so that a later entry's
+    /// bytes win, in list order, as a NIC's DMA writes them.
+    uint32_t overlap;
     Outcome out;
     CopySeg seg[kMaxPlanSegs];
 };

@@ -1,0 +1,173 @@
+// The executor's group path on the CPU: one drain run by a group of CPU threads (rank, size,
+// a barrier, a broadcast), as a CUDA block runs it, so that the hand-off of plans, the copy by
+// every member but the planning warp and the plan made ahead (groups of 256 or more: drain()
+// in gpuverbs/detail/soft/exec.cuh) are checked where a debugger and sanitizers reach them.
+// The GPU runs the same code in tests/gpu/gpu_plan_ahead_test.cu.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "test_util.hpp"
+
+using namespace gv;
+using gvtest::HostBuf;
+using gvtest::Pair;
+
+namespace {
+
+/// A reusable barrier for n threads (sense-reversing; mutex and condition variable, so every
+/// member's writes before it are visible to every member after it).
+class Barrier {
+public:
+    explicit Barrier(uint32_t n) : n_(n) {}
+    void wait() {
+        std::unique_lock<std::mutex> l(m_);
+        const uint64_t gen = gen_;
+        if (++count_ == n_) {
+            count_ = 0;
+            ++gen_;
+            cv_.notify_all();
+        } else {
+            cv_.wait(l, [&] { return gen_ != gen; });
+        }
+    }
+
+private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    uint32_t n_, count_ = 0;
+    uint64_t gen_ = 0;
+};
+
+/// What drain() needs of a group, for CPU threads.
+struct CpuGroup {
+    uint32_t r, n;
+    Barrier* bar;
+    uint64_t* slot;
+    uint32_t rank() const { return r; }
+    uint32_t size() const { return n; }
+    bool leader() const { return r == 0; }
+    void sync() const { bar->wait(); }
+    uint64_t bcast(uint64_t v) const {
+        bar->wait();
+        if (leader()) *slot = v;
+        bar->wait();
+        return *slot;
+    }
+};
+
+/// Rings QP a's doorbell and executes its published work with a group of n CPU threads.
+void commit_with_group(const dev::QpHandle& a, uint32_t n) {
+    dev::sq_dbrec_to_published(a);
+    Barrier bar(n);
+    uint64_t slot = 0;
+    std::vector<std::thread> th;
+    for (uint32_t r = 0; r < n; ++r)
+        th.emplace_back([&, r] { detail::soft::progress(a.soft.ctx, CpuGroup{r, n, &bar, &slot}); });
+    for (auto& t : th) t.join();
+}
+
+// The traffic suite's gather/scatter round, many rounds in one drain: a WRITE gathers up to 8
+// pieces into the peer's memory, then a READ scatters the same range back over up to 8
+// entries (some empty). Sizes put WQEs on both sides of the leader-alone limit (128 bytes).
+void gather_scatter(uint32_t threads, uint64_t seed) {
+    QpOptions o;
+    o.sq_depth = 4096;
+    o.max_send_sge = 8;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr size_t kPiece = 1024, kSlot = 8 * kPiece;
+    constexpr uint32_t kRounds = 48;
+    HostBuf src(p.pd, kRounds * kSlot, kLocalWrite), dst(p.pd, kRounds * kSlot, kAllAccess),
+        back(p.pd, kRounds * kSlot, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), seed);
+    std::vector<uint8_t> want_dst(dst.size(), gvtest::kGuard), want_back(back.size(), gvtest::kGuard);
+    std::mt19937_64 rng(seed);
+    auto a = p.h(0);
+    uint32_t posted = 0;
+    for (uint32_t r = 0; r < kRounds; ++r) {
+        const size_t base = r * kSlot;
+        const uint32_t ns = 1 + uint32_t(rng() % 8);
+        std::vector<Sge> gs;
+        std::vector<uint8_t> bytes;
+        const bool tiny = r % 5 == 3;  // now and then a WQE the leader runs alone
+        for (uint32_t i = 0; i < ns; ++i) {
+            uint32_t len = tiny ? uint32_t(rng() % 12) : i == 0 ? 1 + uint32_t(rng() % 600) : uint32_t(rng() % 600);
+            if (rng() % 4 == 0 && i) len = 0;
+            const size_t off = base + i * kPiece + rng() % 100;
+            gs.push_back({src.addr(off), len, src.lkey()});
+            bytes.insert(bytes.end(), src.at(off), src.at(off) + len);
+        }
+        const size_t total = bytes.size();
+        const size_t doff = base + rng() % (kSlot - total + 1);
+        std::copy(bytes.begin(), bytes.end(), want_dst.begin() + doff);
+        ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_WRITE, gs.data(), ns, dst.addr(doff), dst.rkey(), 0, 0), Status::Ok);
+        const uint32_t nr = 1 + uint32_t(rng() % 8);
+        std::vector<size_t> cuts = {0, total};
+        for (uint32_t i = 1; i < nr; ++i) cuts.push_back(rng() % (total + 1));
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<Sge> rs;
+        for (uint32_t i = 0; i < nr; ++i) {
+            const uint32_t len = uint32_t(cuts[i + 1] - cuts[i]);
+            const size_t off = base + i * kPiece + rng() % (kPiece - std::min<size_t>(len, kPiece - 1));
+            rs.push_back({back.addr(off), len, back.lkey()});
+            std::copy(bytes.begin() + cuts[i], bytes.begin() + cuts[i + 1], want_back.begin() + off);
+        }
+        const uint32_t fl = r + 1 == kRounds ? kSignaled : 0;
+        ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_READ, rs.data(), nr, dst.addr(doff), dst.rkey(), 0, fl), Status::Ok);
+        posted += 2;
+    }
+    commit_with_group(a, threads);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, 2'000'000'000ull), Status::Ok) << gvtest::qp_debug(a);
+    EXPECT_EQ(c.status, 0);
+    long d = gvtest::first_diff(want_dst.data(), dst.data(), dst.size());
+    EXPECT_EQ(d, -1) << "WRITE targets: byte " << d << " (round " << d / long(kSlot) << ")";
+    d = gvtest::first_diff(want_back.data(), back.data(), back.size());
+    long e = d;
+    while (e >= 0 && e < long(back.size()) && want_back[e] != back.data()[e]) ++e;
+    EXPECT_EQ(d, -1) << "READ scatter entries: bytes " << d << ".." << e << " (round " << d / long(kSlot) << ")";
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    (void)posted;
+}
+
+}  // namespace
+
+// Seed 31 puts overlapping scatter entries in round 0 (a cut longer than its 1 KiB piece runs
+// into the next entry's bytes): they must land in list order whatever the group's size.
+TEST(SoftGroupExec, GatherScatterGroupOf256PlansAhead) {
+    gather_scatter(256, 31);
+    gather_scatter(256, 34);
+}
+TEST(SoftGroupExec, GatherScatterGroupOf512PlansAhead) { gather_scatter(512, 33); }
+TEST(SoftGroupExec, GatherScatterGroupsThatTakeTurns) {
+    for (uint32_t n : {1u, 2u, 64u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        gather_scatter(n, 31);
+        gather_scatter(n, 32);
+    }
+}
+
+// Two scatter entries over the same 2 KiB, then a third over part of both: every byte holds
+// what the last entry covering it received, as a NIC's in-order DMA leaves it.
+TEST(SoftGroupExec, OverlappingScatterEntriesLandInListOrder) {
+    for (uint32_t n : {1u, 64u, 256u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        QpOptions o;
+        o.max_send_sge = 8;
+        Pair p(gvtest::cpu_context(), o);
+        HostBuf src(p.pd, 8192, kAllAccess), back(p.pd, 4096, kLocalWrite);
+        gvtest::fill_random(src.data(), src.size(), 40 + n);
+        auto a = p.h(0);
+        const Sge rs[3] = {{back.addr(0), 2048, back.lkey()}, {back.addr(0), 2048, back.lkey()},
+                           {back.addr(1000), 1500, back.lkey()}};
+        ASSERT_EQ(dev::post_sge(a, MLX5_OPCODE_RDMA_READ, rs, 3, src.addr(0), src.rkey(), 0, kSignaled), Status::Ok);
+        commit_with_group(a, n);
+        Completion c{};
+        ASSERT_EQ(dev::wait_send(a, 1, &c, 2'000'000'000ull), Status::Ok);
+        std::vector<uint8_t> want(4096, gvtest::kGuard);
+        std::copy(src.at(0), src.at(2048), want.begin());
+        std::copy(src.at(2048), src.at(4096), want.begin());
+        std::copy(src.at(4096), src.at(5596), want.begin() + 1000);
+        EXPECT_EQ(gvtest::first_diff(want.data(), back.data(), 4096), -1);
+    }
+}
