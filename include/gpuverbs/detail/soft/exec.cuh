@@ -567,11 +567,10 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
             }
             // Host memory or another GPU's (sys): every storing thread fences its own stores at
-            // system scope before the barrier, besides the leader's fence after it. With the
-            // leader's alone, a READ that a CPU thread posted after seeing a WRITE's completion
-            // read that WRITE's host-memory target without its bytes (H200, 2026-12-03, the
-            // traffic suite's soft_gpu_cpu_initiator instance, once in a README run, when the
-            // leader planned and did not copy; docs/execution-model.md).
+            // system scope before the barrier, besides the leader's fence after it. Added while
+            // a wrong READ in the traffic suite's CPU-initiated instance was taken for a
+            // visibility fault (it was the overlapping scatter entries above); kept, as the
+            // tree that ran on the H200 had it and a fence costs nothing next to PCIe.
             if (stored && sp.sys != 0) atom::fence_release(true);
         }
         if (g.leader()) {
