@@ -45,8 +45,8 @@ __device__ bool block_stop(Failure* fail) {
 // syndrome). kStop (two-process mode): leave at the first failure, since every later wait on
 // a dead peer would wait out its own timeout.
 /// Threads per block of bw_kernel at most. A kernel that commits at block scope inlines the
-/// software device's executor (about 133 registers a thread, ptxas for sm_90); 512 threads need
-/// at most 128, which __launch_bounds__ makes ptxas fit (20 bytes of spills).
+/// software device's executor (146 registers a thread unbounded, ptxas for sm_90); 512 threads
+/// need at most 128, which __launch_bounds__ makes ptxas fit (no spills).
 inline constexpr uint32_t kMaxBlockThreads = 512;
 
 template <bool kStop>

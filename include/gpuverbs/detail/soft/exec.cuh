@@ -355,6 +355,13 @@ GV_HOST_DEVICE bool destinations_overlap(const Plan& p) {
     return false;
 }
 
+/// The bytes a plan moves.
+GV_HOST_DEVICE uint64_t plan_bytes(const Plan& p) {
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
+    return bytes;
+}
+
 /// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
 /// kExecute with p.out.req_syndrome set: the WQE fails, and finish() completes it so.
 /// ahead: drain() plans this WQE while the group still copies the one before it, which is not
@@ -364,7 +371,6 @@ GV_HOST_DEVICE bool destinations_overlap(const Plan& p) {
 GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahead = false) {
     p.nseg = 0;
     p.sys = 0;
-    p.overlap = 0;
     if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
@@ -444,7 +450,6 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahe
             if (uint8_t s = plan_scatter(lc, rv, rc, g, p, o)) return fail(s);
         }
     }
-    p.overlap = destinations_overlap(p) ? 1 : 0;
     p.out = o;
     return kExecute;
 }
@@ -475,10 +480,7 @@ struct GroupTail {
 /// (nothing published, another opcode, a WQE that fails its checks or moves at most
 /// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
 GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p) {
-    if (prepare(q, lc, p, true) != kExecute) return false;
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
-    return bytes > kLeaderBytes;
+    return prepare(q, lc, p, true) == kExecute && plan_bytes(p) > kLeaderBytes;
 }
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
@@ -514,8 +516,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 if (try_fast && next_published(lc)) fast_run(q, lc);
                 act = prepare(q, lc, p);
                 if (act != kExecute) break;
-                uint64_t bytes = 0;
-                for (uint32_t i = 0; i < p.nseg; ++i) bytes += p.seg[i].len;
+                const uint64_t bytes = plan_bytes(p);
                 try_fast = bytes <= kFastBytes;
                 if (g.size() > 1 && bytes > kLeaderBytes) break;
                 bool stored = false;
@@ -537,7 +538,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             if (act == kExecute) {
                 shared.nseg = p.nseg;
                 shared.sys = p.sys;
-                shared.overlap = p.overlap;
+                shared.overlap = destinations_overlap(p) ? 1 : 0;
                 shared.out = p.out;
                 for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
             }

@@ -146,7 +146,8 @@ struct Plan {
     uint32_t sys;  ///< a destination is host memory: fence at system scope
     /// Two segments' destinations overlap (a scatter list whose entries overlap): the group
     /// copies the segments one after another, a barrier between them, so that a later entry's
-    /// bytes win, in list order, as a NIC's DMA writes them.
+    /// bytes win, in list order, as a NIC's DMA writes them. Set where drain() hands the plan
+    /// to the group (the leader alone copies in list order anyway).
     uint32_t overlap;
     Outcome out;
     CopySeg seg[kMaxPlanSegs];
