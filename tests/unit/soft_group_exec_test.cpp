@@ -171,3 +171,95 @@ TEST(SoftGroupExec, OverlappingScatterEntriesLandInListOrder) {
         EXPECT_EQ(gvtest::first_diff(want.data(), back.data(), 4096), -1);
     }
 }
+
+namespace {
+
+// Chained WQEs (groups of 256 or more): an unsignaled WRITE or READ completes while the group
+// copies the next one, so sq_ci and the CQEs must come out as if each had completed in its
+// turn. Rounds of 1 KiB WRITEs, every 7th and each round's last signaled, through a ring of 64
+// WQEs that a round fills, so that every round reuses the slots the one before retired.
+void chained_rounds(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 64;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kLen = 1024, kPerRound = 64, kRounds = 4;
+    HostBuf src(p.pd, size_t(kRounds) * kPerRound * kLen, kLocalWrite),
+        dst(p.pd, size_t(kRounds) * kPerRound * kLen, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 50 + threads);
+    auto a = p.h(0);
+    uint32_t wqe = 0;
+    for (uint32_t r = 0; r < kRounds; ++r) {
+        std::vector<uint16_t> want;
+        for (uint32_t i = 0; i < kPerRound; ++i, ++wqe) {
+            const size_t off = size_t(wqe) * kLen;
+            const bool sig = i % 7 == 6 || i + 1 == kPerRound;
+            if (sig) want.push_back(uint16_t(wqe));
+            ASSERT_EQ(dev::write(a, src.at(off), kLen, src.lkey(), dst.addr(off), dst.rkey(), sig ? kSignaled : 0u),
+                      Status::Ok)
+                << "round " << r << ", WQE " << i << ": " << gvtest::qp_debug(a);
+        }
+        commit_with_group(a, threads);
+        std::vector<Completion> c(want.size());
+        uint32_t got = 0;
+        ASSERT_EQ(dev::wait_send(a, uint32_t(want.size()), c.data(), 2'000'000'000ull, &got), Status::Ok)
+            << "round " << r << ": " << got << " of " << want.size() << " completions";
+        for (size_t i = 0; i < want.size(); ++i) {
+            EXPECT_EQ(c[i].status, 0) << "round " << r << ", completion " << i;
+            EXPECT_EQ(c[i].wqe_counter, want[i]) << "round " << r << ", completion " << i;
+        }
+        EXPECT_EQ(dev::poll_cq(a.scq, c.data(), 1), 0u) << "a completion of an unsignaled WRITE";
+    }
+    EXPECT_EQ(gvtest::first_diff(src.data(), dst.data(), dst.size()), -1);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+}
+
+// A completion lost to a full CQ in a stream of chained WQEs: the signaled WRITE whose CQE
+// finds the CQ full moves the QP to ERROR. It is not chained (it is signaled), so the WRITE
+// after it, planned while it was copied, is dropped and flushes: the WRITEs whose bytes land
+// are exactly those up to the lost completion's, chained ones included.
+void lost_completion_mid_chain(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 256;
+    Pair p(gvtest::cpu_context(), o, MemoryKind::Default, 4);
+    const uint32_t depth = p.scq[0]->depth();
+    constexpr uint32_t kLen = 512, kEvery = 8;
+    const uint32_t n = kEvery * (depth + 3);
+    ASSERT_LE(n, 256u);
+    HostBuf src(p.pd, size_t(n) * kLen, kLocalWrite), dst(p.pd, size_t(n) * kLen, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 60 + threads);
+    std::memset(dst.data(), gvtest::kGuard, dst.size());
+    auto a = p.h(0);
+    for (uint32_t w = 0; w < n; ++w) {
+        const size_t off = size_t(w) * kLen;
+        ASSERT_EQ(dev::write(a, src.at(off), kLen, src.lkey(), dst.addr(off), dst.rkey(),
+                             w % kEvery == kEvery - 1 ? kSignaled : 0u),
+                  Status::Ok);
+    }
+    commit_with_group(a, threads);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
+    // depth CQEs fit; the next signaled WRITE's is lost.
+    const uint32_t last = kEvery * (depth + 1) - 1;
+    uint32_t landed = 0;
+    while (landed < n && std::memcmp(dst.at(size_t(landed) * kLen), src.at(size_t(landed) * kLen), kLen) == 0)
+        ++landed;
+    EXPECT_EQ(landed, last + 1) << "WRITEs whose data landed, of " << n << " (CQ depth " << depth << ")";
+    for (uint32_t w = landed; w < n; ++w)
+        for (size_t i = 0; i < kLen; ++i)
+            ASSERT_EQ(dst.data()[size_t(w) * kLen + i], gvtest::kGuard) << "flushed WRITE " << w << " wrote byte " << i;
+}
+
+}  // namespace
+
+TEST(SoftGroupExec, ChainedWqesCompleteInTurn) {
+    for (uint32_t n : {512u, 256u, 64u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        chained_rounds(n);
+    }
+}
+
+TEST(SoftGroupExec, LostCompletionEndsTheChain) {
+    for (uint32_t n : {512u, 256u, 1u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        lost_completion_mid_chain(n);
+    }
+}

@@ -264,19 +264,59 @@ GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p) {
     return prepare(q, lc, p, true) == kExecute && plan_bytes(p) > kLeaderBytes;
 }
 
+/// Where the leader hands plans to its group: two buffers, which chained WQEs use in turns
+/// (drain()). A block's own shared memory when the group is a whole block: one drain per
+/// block at a time (the block is the group), and the group's reads of a plan after the
+/// barrier are then shared-memory loads (tens of ns) rather than global ones (an L2 round
+/// trip, paid between every two copies of a large WQE; measured 2026-12-03: 64 KiB WRITEs over
+/// 264 QPs x 512 threads 63.5% -> 67.2% of the copy ceiling). 2 x sizeof(Plan) bytes of static
+/// shared memory (860 in gv_write_bw's kernel, with the block broadcast's slot) in every
+/// kernel that commits at block scope (docs/execution-model.md). Warp groups (several may
+/// drain different QPs in one block) and CPU threads use the QP's context, which the lock
+/// makes theirs.
+template <typename G>
+GV_HOST_DEVICE Plan& group_plan(QpContext* q, uint32_t b) {
+#if GV_DEVICE_CODE
+    if constexpr (std::is_base_of_v<BlockGroup, G>) {
+        __shared__ Plan block_plan[2];
+        return block_plan[b];
+    }
+#endif
+    return q->plan[b];
+}
+
+/// Hands the leader's plan p (to execute) out to the group through `to`.
+GV_HOST_DEVICE void hand_out(Plan& to, const Plan& p) {
+    to.nseg = p.nseg;
+    to.sys = p.sys;
+    to.overlap = destinations_overlap(p) ? 1 : 0;
+    to.out = p.out;
+    for (uint32_t i = 0; i < p.nseg; ++i) to.seg[i] = p.seg[i];
+    to.act = kExecute;
+}
+
+/// True when completing the WQE can change nothing a plan of the next one rests on: it
+/// succeeded, is not signaled and consumed no receive, so complete() only moves sq_ci (no CQE
+/// that a full CQ could lose, no state moved to ERROR).
+GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
+    return !o.signaled && !o.req_syndrome && !o.resp_kind;
+}
+
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
-/// the whole group through q->plan. dbrec: the QP's doorbell record (progress() read its
+/// the whole group through group_plan(). dbrec: the QP's doorbell record (progress() read its
 /// address before it took the lock).
 ///
 /// A large WQE costs the group its copy and, between two copies, the leader's work: the fence
 /// and completion of the one, the planning of the next (reading and checking the WQE, its
 /// regions: a chain of dependent loads). Groups of kPlanAheadThreads or more overlap the
 /// planning with the copy: while the other warps copy WQE k, the leader plans k+1 into its own
-/// plan (plan_ahead; the group copies from q->plan, published before), so between two copies
-/// only the fence, k's completion and the plan's hand-off remain. The plan of k+1 stands only
-/// if completing k changed nothing it was planned on (a lost completion moves the QP to ERROR,
-/// and k+1 then flushes: prepare() plans it again).
+/// plan (plan_ahead). When k completes quietly (completes_quietly: the common unsignaled
+/// WRITE or READ) the leader also hands k+1's plan out before the copy's barrier, in the other
+/// buffer, and completes k while the group copies k+1: one barrier per WQE, and nothing of the
+/// leader's between two copies (chained). Otherwise the plan of k+1 stands only if completing
+/// k changed nothing it was planned on (a lost completion moves the QP to ERROR, and k+1 then
+/// flushes: prepare() plans it again), and is handed out after k's completion.
 template <typename G>
 GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     LeaderCache lc;  // meaningful in the leader only
@@ -287,47 +327,45 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
     // it too large, and once in prepare()).
     bool try_fast = true;
-    Plan p;              // the leader's: the WQE at lc.ci, planned
-    bool ahead = false;  // p was planned during the last copy
+    Plan p;                 // the leader's: the WQE at lc.ci, planned
+    bool ahead = false;     // leader: p was planned during the last copy
+    uint32_t b = 0;         // the plan buffer the group copies from
+    bool chained = false;   // every thread: the plan at b was handed out at the last barrier
+    bool deferred = false;  // leader: the WQE before the one being copied awaits complete()
     for (;;) {
-        if (g.leader()) {
-            uint32_t act = kExecute;
-            while (!ahead) {
-                if (!lc.batches) load_batch(q, lc, dbrec);
-                if (try_fast && next_published(lc)) fast_run(q, lc);
-                act = prepare(q, lc, p);
-                if (act != kExecute) break;
-                const uint64_t bytes = plan_bytes(p);
-                try_fast = bytes <= kFastBytes;
-                if (g.size() > 1 && bytes > kLeaderBytes) break;
-                bool stored = false;
-                for (uint32_t i = 0; i < p.nseg; ++i)
-                    stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
-                GV_EXEC_STAMP(kStampCopied);
-                // RC ordering: this WQE's bytes are visible before the completion and before
-                // any byte of the next WQE. System scope when host memory or another GPU's
-                // threads observe them (p.sys: kScopeHost, kScopePeer): a device-scope fence
-                // orders them only for this GPU's threads, and a poller on the other GPU could
-                // see the completion (or the next WQE's flag) before the data.
-                if (stored) atom::fence_release(p.sys != 0);
-                GV_EXEC_STAMP(kStampFenced);
-                finish(q, lc, p.out);
+        if (!chained) {
+            if (g.leader()) {
+                uint32_t act = kExecute;
+                while (!ahead) {
+                    if (!lc.batches) load_batch(q, lc, dbrec);
+                    if (try_fast && next_published(lc)) fast_run(q, lc);
+                    act = prepare(q, lc, p);
+                    if (act != kExecute) break;
+                    const uint64_t bytes = plan_bytes(p);
+                    try_fast = bytes <= kFastBytes;
+                    if (g.size() > 1 && bytes > kLeaderBytes) break;
+                    bool stored = false;
+                    for (uint32_t i = 0; i < p.nseg; ++i)
+                        stored |= group_copy(ThreadGroup{}, p.seg[i].dst, p.seg[i].src, p.seg[i].len);
+                    GV_EXEC_STAMP(kStampCopied);
+                    // RC ordering: this WQE's bytes are visible before the completion and
+                    // before any byte of the next WQE. System scope when host memory or another
+                    // GPU's threads observe them (p.sys: kScopeHost, kScopePeer): a
+                    // device-scope fence orders them only for this GPU's threads, and a poller
+                    // on the other GPU could see the completion (or the next WQE's flag) before
+                    // the data.
+                    if (stored) atom::fence_release(p.sys != 0);
+                    GV_EXEC_STAMP(kStampFenced);
+                    finish(q, lc, p.out);
+                }
+                if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
+                Plan& to = group_plan<G>(q, b);  // for the group: header and used segments only
+                if (act == kExecute) hand_out(to, p);
+                else to.act = act;
             }
-            if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
-            Plan& shared = q->plan;  // for the group: header and used segments only
-            shared.act = act;
-            if (act == kExecute) {
-                shared.nseg = p.nseg;
-                shared.sys = p.sys;
-                shared.overlap = destinations_overlap(p) ? 1 : 0;
-                shared.out = p.out;
-                for (uint32_t i = 0; i < p.nseg; ++i) shared.seg[i] = p.seg[i];
-            }
+            g.sync();  // publishes the leader's plan
         }
-        // One barrier publishes the leader's plan; the one after the copy tells the leader
-        // everyone is done with it (so two barriers per large WQE).
-        g.sync();
-        const Plan& sp = q->plan;
+        const Plan& sp = group_plan<G>(q, b);
         const uint32_t act = sp.act;
         if (act != kExecute) return act;
         // Groups that plan ahead copy with all warps but the first, whose leader plans. Not
@@ -348,17 +386,42 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 if (overlap && i) g.sync();  // from is 0: every thread is here
                 stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
             }
-            // Host memory or another GPU's (sys): every storing thread fences its own stores at
-            // system scope before the barrier, besides the leader's fence after it. Added while
-            // a wrong READ in the traffic suite's CPU-initiated instance was taken for a
-            // visibility fault (it was the overlapping scatter entries above); kept, as the
-            // tree that ran on the H200 had it and a fence costs nothing next to PCIe.
-            if (stored && sp.sys != 0) atom::fence_release(true);
+            // RC ordering, where the next WQE may be chained (from != 0): every storing thread
+            // fences its own stores, at the scope of the memory written, before the barrier
+            // after which the group stores the next WQE's bytes and the leader completes this
+            // one. Elsewhere the leader's fence after that barrier orders them (below); stores
+            // into host memory or another GPU's are fenced here too (system scope), which
+            // costs nothing next to PCIe.
+            if (stored && (from != 0 || sp.sys != 0)) atom::fence_release(sp.sys != 0);
         }
         if (g.leader()) {
+            if (deferred) {
+                // The WQE before this one, chained: every copier fenced its bytes before the
+                // barrier that handed this one out. It completes quietly (sq_ci only).
+                complete(q, lc, group_plan<G>(q, b ^ 1).out);
+                deferred = false;
+            }
             advance(lc, p.out);
-            // p was handed out through q->plan, so the leader may plan the next WQE into it.
+            // p was handed out, so the leader may plan the next WQE into it.
             ahead = from ? plan_ahead(q, lc, p) : false;
+            if (from) {
+                // Chain the next WQE when completing this one changes nothing its plan rests
+                // on, and its destinations do not overlap (those are copied by every thread).
+                Plan& next = group_plan<G>(q, b ^ 1);
+                if (ahead && completes_quietly(sp.out) && !destinations_overlap(p)) {
+                    hand_out(next, p);
+                    deferred = true;
+                } else {
+                    next.act = kStop;  // not chained: handed out after this one completes
+                }
+            }
+        }
+        // Every thread has copied its share of this WQE (and, from != 0, fenced it).
+        g.sync();
+        chained = from != 0 && group_plan<G>(q, b ^ 1).act == kExecute;
+        if (chained) {
+            b ^= 1;
+            continue;
         }
         // RC ordering: every thread's stores of this WQE are visible (at the scope of the
         // memory written) before the leader completes it and before any byte of the next WQE
@@ -369,12 +432,11 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         // sq_ci), and before the barrier that hands out WQE k+1's plan. The pattern of
         // cooperative groups' grid sync (__syncthreads, then one thread's __threadfence).
         // Measured against a fence in every storing thread before the barrier (H200,
-        // 2026-12-02): 4 KiB WRITEs over 264 QPs x 512 threads 9% faster, 64 KiB unchanged.
-        // sys carries kScopePeer on two GPUs: the poller of the data (and of the completion
-        // that follows) runs on the other GPU, so system scope. A plan made ahead changes
-        // none of this: no thread stores a byte of WQE k+1 before the barrier that follows
-        // this fence.
-        g.sync();
+        // 2026-12-02, both with two barriers per WQE): 4 KiB WRITEs over 264 QPs x 512 threads
+        // 9% faster, 64 KiB unchanged. A chained WQE takes the other way (per-thread fences,
+        // one barrier): 2026-12-03, 64 KiB WRITEs 67.2% -> 70.9% of the copy ceiling, 4 KiB
+        // 178 -> 188 GB/s. sys carries kScopePeer on two GPUs: the poller of the data (and of
+        // the completion that follows) runs on the other GPU, so system scope.
         if (g.leader()) {
             atom::fence_release(sp.sys != 0);
             // advance() counted this WQE already. If completing it moved either QP to ERROR (a

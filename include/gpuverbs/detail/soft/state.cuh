@@ -195,7 +195,7 @@ struct QpContext {
     uint32_t rnr_waiting;    ///< 1 while the WQE at sq_ci waits for a receive
     unsigned long long rnr_deadline;  ///< next retry time (ns)
     unsigned long long executed;      ///< WQEs executed (statistics)
-    Plan plan;
+    Plan plan[2];            ///< the executing group's plans (exec.cuh group_plan: CPU and warp groups)
 };
 
 /// The scope of RMWs and fences on q's execution state and its peer's (see kScopePeer):
