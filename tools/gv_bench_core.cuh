@@ -46,7 +46,7 @@ __device__ bool block_stop(Failure* fail) {
 // a dead peer would wait out its own timeout.
 /// Threads per block of bw_kernel at most. A kernel that commits at block scope inlines the
 /// software device's executor (146 registers a thread unbounded, ptxas for sm_90); 512 threads
-/// need at most 128, which __launch_bounds__ makes ptxas fit (no spills).
+/// need at most 128, which __launch_bounds__ makes ptxas fit (24 bytes spilled).
 inline constexpr uint32_t kMaxBlockThreads = 512;
 
 template <bool kStop>
