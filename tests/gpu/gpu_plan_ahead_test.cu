@@ -6,7 +6,9 @@
 //     plan (a SEND claims a receive, an atomic acts, a small WQE runs in the leader alone);
 //     every byte of every buffer is checked, guards included;
 //   - a completion lost to a full CQ while the next WQE was already planned: the QP goes to
-//     ERROR, and that WQE and every later one must be flushed with no byte written.
+//     ERROR, and that WQE and every later one must be flushed with no byte written;
+//   - chained WQEs (the next one handed out before the barrier that ends the current one):
+//     a poller sees WQE i-1 whole whenever it sees WQE i's last word.
 // The kernels declare __launch_bounds__(512): a kernel that commits at block scope with 512
 // threads needs it (docs/execution-model.md, "Registers").
 #include "gpu/gpu_verbs_util.cuh"
@@ -239,6 +241,79 @@ void run_overrun(uint32_t T, uint32_t len) {
             ASSERT_EQ(got[size_t(w) * len + i], kGuard) << "flushed WRITE " << w << " wrote byte " << i;
 }
 
+// RC ordering across chained WQEs (unsignaled WRITEs of more than 128 bytes in a block of 256
+// or more, exec.cuh: each copier fences its own stores, one barrier between two WQEs, the
+// leader's fence gone from between them). The writer block posts one 1 KiB WRITE per thread
+// per round at block scope (ring order = thread order), every one unsignaled but the last;
+// the last word of each WRITE is the round. Poller thread i spins until WRITE i's last word
+// shows the round, then checks every word of WRITE i-1: with RC ordering, WRITE i-1 landed
+// whole before any byte of WRITE i. The writer waits for the pollers before the next round
+// overwrites the destination.
+constexpr uint32_t kChainBytes = 1024;
+
+__device__ uint64_t chain_word(uint32_t round, uint32_t wqe, uint32_t w) {
+    return (uint64_t(round) << 40) | (uint64_t(wqe) << 16) | w;
+}
+
+__global__ void __launch_bounds__(512) chain_order_kernel(dev::QpHandle qp, uint8_t* src, uint32_t lkey, uint8_t* dst,
+                                                          uint32_t rkey, uint32_t rounds, uint32_t* done,
+                                                          unsigned long long* errors) {
+    constexpr uint32_t kWords = kChainBytes / 8;
+    const uint32_t t = threadIdx.x, n = blockDim.x;
+    if (blockIdx.x == 0) {
+        for (uint32_t r = 1; r <= rounds; ++r) {
+            auto* mine = reinterpret_cast<uint64_t*>(src + (size_t(r & 1) * n + t) * kChainBytes);
+            for (uint32_t w = 0; w + 1 < kWords; ++w) mine[w] = chain_word(r, t, w);
+            mine[kWords - 1] = r;
+            __syncthreads();
+            Status st = dev::write<Scope::Block>(qp, mine, kChainBytes, lkey, uint64_t(dst + size_t(t) * kChainBytes),
+                                                 rkey, t == n - 1 ? kSignaled : 0u, 5'000'000'000ull);
+            if (st == Status::Ok) st = dev::commit<Scope::Block>(qp);
+            if (st != Status::Ok) atomicAdd(errors, 1ull << 32);
+            if (t == 0) {
+                if (dev::wait_send(qp, 1, nullptr, 5'000'000'000ull) != Status::Ok) atomicAdd(errors, 1ull << 40);
+                if (!gvtest::wait_at_least<uint32_t>(done, r, 5'000'000'000ull)) atomicAdd(errors, 1ull << 48);
+            }
+            __syncthreads();
+        }
+    } else {
+        for (uint32_t r = 1; r <= rounds; ++r) {
+            const auto* tail = reinterpret_cast<const uint64_t*>(dst + size_t(t) * kChainBytes) + kWords - 1;
+            if (!gvtest::wait_at_least<uint64_t>(tail, r, 5'000'000'000ull)) {
+                atomicAdd(errors, 1ull << 56);
+            } else if (t > 0) {
+                const volatile uint64_t* before = reinterpret_cast<const uint64_t*>(dst + size_t(t - 1) * kChainBytes);
+                uint32_t bad = 0;
+                for (uint32_t w = 0; w + 1 < kWords; ++w) bad += before[w] != chain_word(r, t - 1, w);
+                bad += before[kWords - 1] != r;
+                if (bad) atomicAdd(errors, bad);
+            }
+            __syncthreads();
+            if (t == 0) atom::store_release(done, r);
+        }
+    }
+}
+
+void run_chain_order(uint32_t T, uint32_t rounds) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    DevBuf src(2 * size_t(T) * kChainBytes), dst(size_t(T) * kChainBytes), aux(64);
+    ASSERT_TRUE(src.p && dst.p && aux.p);
+    MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite), md(p.pd, dst.p, dst.n, kAllAccess);
+    CUDA_OK(cudaMemset(dst.p, 0, dst.n));
+    CUDA_OK(cudaMemset(aux.p, 0, aux.n));
+    auto* done = aux.get<uint32_t>();
+    auto* errors = reinterpret_cast<unsigned long long*>(aux.get<uint8_t>() + 8);
+    chain_order_kernel<<<2, T>>>(p.h(0), src.get(), ms.lkey(), dst.get(), md.rkey(), rounds, done, errors);
+    LAUNCH_OK();
+    const unsigned long long e = d2h<unsigned long long>(errors, 1)[0];
+    EXPECT_EQ(e & 0xffffffffull, 0u) << "words of WRITE i-1 not landed when WRITE i's last word had";
+    EXPECT_EQ(e >> 32, 0u) << "post/commit failures: " << ((e >> 32) & 0xff) << ", wait_send: " << ((e >> 40) & 0xff)
+                           << ", writer waits: " << ((e >> 48) & 0xff) << ", poller waits: " << (e >> 56);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+}
+
 }  // namespace
 
 TEST(GpuPlanAhead, MixedOpsBlockOf512) {
@@ -260,4 +335,14 @@ TEST(GpuPlanAhead, LostCompletionFlushesThePlanMadeAhead) {
     GV_SKIP_WITHOUT_GPU();
     run_overrun(512, 16 << 10);
     run_overrun(256, 4 << 10);
+}
+
+TEST(GpuPlanAhead, ChainedWritesLandInOrderBlockOf512) {
+    GV_SKIP_WITHOUT_GPU();
+    run_chain_order(512, 200);
+}
+
+TEST(GpuPlanAhead, ChainedWritesLandInOrderBlockOf256) {
+    GV_SKIP_WITHOUT_GPU();
+    run_chain_order(256, 200);
 }

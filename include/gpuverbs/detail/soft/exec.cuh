@@ -245,6 +245,9 @@ inline constexpr uint64_t kLeaderBytes = 128;
 #define GV_PLAN_AHEAD_THREADS 256
 #endif
 inline constexpr uint32_t kPlanAheadThreads = GV_PLAN_AHEAD_THREADS;
+static_assert(kPlanAheadThreads > 32,
+              "GV_PLAN_AHEAD_THREADS: the first warp plans while the others copy, so a group that plans "
+              "ahead needs more than 32 threads (a value above any block size turns planning ahead off)");
 
 /// The threads of a group from rank `from` on, as a group of their own (the copying warps of a
 /// group that plans ahead). Only what group_copy uses.
