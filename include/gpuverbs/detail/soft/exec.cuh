@@ -288,11 +288,12 @@ GV_HOST_DEVICE Plan& group_plan(QpContext* q, uint32_t b) {
     return q->plan[b];
 }
 
-/// Hands the leader's plan p (to execute) out to the group through `to`.
-GV_HOST_DEVICE void hand_out(Plan& to, const Plan& p) {
+/// Hands the leader's plan p (to execute) out to the group through `to`; overlap:
+/// destinations_overlap(p), which the caller has at hand.
+GV_HOST_DEVICE void hand_out(Plan& to, const Plan& p, bool overlap) {
     to.nseg = p.nseg;
     to.sys = p.sys;
-    to.overlap = destinations_overlap(p) ? 1 : 0;
+    to.overlap = overlap ? 1 : 0;
     to.out = p.out;
     for (uint32_t i = 0; i < p.nseg; ++i) to.seg[i] = p.seg[i];
     to.act = kExecute;
@@ -333,8 +334,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     Plan p;                 // the leader's: the WQE at lc.ci, planned
     bool ahead = false;     // leader: p was planned during the last copy
     uint32_t b = 0;         // the plan buffer the group copies from
-    bool chained = false;   // every thread: the plan at b was handed out at the last barrier
-    bool deferred = false;  // leader: the WQE before the one being copied awaits complete()
+    // Every thread: the plan at b was handed out at the last barrier, so the WQE before it
+    // (chained) awaits complete() by the leader during this copy.
+    bool chained = false;
     for (;;) {
         if (!chained) {
             if (g.leader()) {
@@ -363,7 +365,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 }
                 if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
                 Plan& to = group_plan<G>(q, b);  // for the group: header and used segments only
-                if (act == kExecute) hand_out(to, p);
+                if (act == kExecute) hand_out(to, p, destinations_overlap(p));
                 else to.act = act;
             }
             g.sync();  // publishes the leader's plan
@@ -398,11 +400,10 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             if (stored && (from != 0 || sp.sys != 0)) atom::fence_release(sp.sys != 0);
         }
         if (g.leader()) {
-            if (deferred) {
-                // The WQE before this one, chained: every copier fenced its bytes before the
-                // barrier that handed this one out. It completes quietly (sq_ci only).
+            if (chained) {
+                // The WQE before this one: every copier fenced its bytes before the barrier
+                // that handed this one out. It completes quietly (sq_ci only).
                 complete(q, lc, group_plan<G>(q, b ^ 1).out);
-                deferred = false;
             }
             advance(lc, p.out);
             // p was handed out, so the leader may plan the next WQE into it.
@@ -412,8 +413,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 // on, and its destinations do not overlap (those are copied by every thread).
                 Plan& next = group_plan<G>(q, b ^ 1);
                 if (ahead && completes_quietly(sp.out) && !destinations_overlap(p)) {
-                    hand_out(next, p);
-                    deferred = true;
+                    hand_out(next, p, false);
                 } else {
                     next.act = kStop;  // not chained: handed out after this one completes
                 }
