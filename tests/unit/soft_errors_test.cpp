@@ -67,6 +67,40 @@ TEST(SoftErrors, StaleRkeyAfterSlotReuse) {
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_OPCODE_RDMA_WRITE);
 }
 
+// The executor guesses a drain's regions from the keys the QP's last drain used, and loads
+// their entries before it has read the first WQE (QpContext::hint_lkey / hint_rkey). A key that
+// worked in one drain and was deregistered before the next must fail there all the same, on the
+// fast path (8 bytes) and through prepare() (256 bytes), and leave memory untouched.
+TEST(SoftErrors, KeyDeregisteredBetweenDrains) {
+    for (const bool remote : {false, true}) {
+        for (const uint32_t len : {8u, 256u}) {
+            SCOPED_TRACE(std::string(remote ? "rkey" : "lkey") + ", " + std::to_string(len) + " bytes");
+            Env e;
+            auto h = e.a();
+            auto ml = std::make_unique<MemoryRegion>(e.p.pd, e.src.data(), e.src.size(), kLocalWrite);
+            auto mr = std::make_unique<MemoryRegion>(e.p.pd, e.dst.data(), e.dst.size(), kAllAccess);
+            const uint32_t lkey = ml->lkey(), rkey = mr->rkey();
+            Completion c[2];
+            // Drain 1: the keys work (and become the next drain's guesses).
+            ASSERT_EQ(dev::write(h, e.src.at(0), len, lkey, e.dst.addr(0), rkey), Status::Ok);
+            ASSERT_EQ(dev::commit(h), Status::Ok);
+            ASSERT_EQ(dev::wait_send(h, 1, c, kTimeout), Status::Ok);
+            ASSERT_EQ(gvtest::first_diff(e.src.at(0), e.dst.data(), len), -1) << "the first WRITE did not land";
+            (remote ? mr : ml).reset();
+            const std::vector<uint8_t> dst0 = e.dst.bytes;
+            // Drain 2: its first WQE names the same keys, one of them dead now.
+            ASSERT_EQ(dev::write(h, e.src.at(0), len, lkey, e.dst.addr(Env::kTgt), rkey), Status::Ok);
+            EXPECT_EQ(dev::commit(h), Status::QpError);
+            ASSERT_EQ(dev::wait_send(h, 1, c, kTimeout), Status::CompletionError);
+            const uint8_t want = remote ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR : MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+            EXPECT_EQ(c[0].status, want) << "got " << mlx5::syndrome_name(c[0].status) << ", expected "
+                                         << mlx5::syndrome_name(want);
+            EXPECT_EQ(e.p.qp[0]->state(), QpState::Error);
+            EXPECT_EQ(gvtest::first_diff(dst0.data(), e.dst.data(), Env::kSize), -1) << "remote memory changed";
+        }
+    }
+}
+
 // ---- corrupted WQEs -----------------------------------------------------------------------
 
 TEST(SoftErrors, CorruptedWqe) {

@@ -52,20 +52,30 @@ enum Action : uint32_t {
 /// re-check after the lock is released.
 ///
 /// Each dependent step here is a device-memory latency (0.15 to 0.3 us on the H200) that every
-/// drain waits for, a lone WQE's included, so the loads go in rounds, each issued whole before
-/// anything waits for its values:
+/// drain waits for, a lone WQE's included, so the loads go in two rounds, each issued whole
+/// before anything waits for its values:
 ///   1. the configuration, sq_ci and the record (acquire; its address read before the lock by
-///      progress());
+///      progress()), and guesses for round 2: the peer pointer, the QP's state, and the keys of
+///      the regions the last drain used (QpContext::hint_lkey / hint_rkey);
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
-///      the QP's state and peer;
-///   3. the peer's fields; then (fast_run) the first WQE, and its two memory regions.
-/// Loading the first WQE's units in round 2 and holding them in registers took gv_write_bw's
-/// kernel from 128 to 168 registers (ptxas), past what a 512-thread block may use. A prefetch of
-/// its line into L1 there (no register) was tried and removed: nothing orders a prefetch after
-/// the record's acquire (it is a hint, outside the memory model, which the compiler may move
-/// above the branch on the acquired value), so it could fill L1 with WQE bytes older than the
-/// record, and the drain would read them.
-GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec) {
+///      the QP's state and peer again (the values that count), the guessed peer's fields, the
+///      guessed keys' region entries and, with `first` (thread groups), the first WQE's units.
+/// A guess that turns out wrong costs what it saved: a peer other than the guessed one is read
+/// in a round of its own, as before; a WQE naming other keys looks them up itself (fast_run,
+/// prepare()). Guesses are never trusted: the peer's fields are read again through the pointer
+/// loaded after the acquire when it differs, and a region entry loaded by guess is checked like
+/// any other (mr_fill, mr_check), after the acquire, as before. A peer is not read unless the
+/// guessed state lets WQEs reach it: in ERROR every WQE flushes without the peer, and a peer
+/// process that died is not read.
+/// Before (2026-12-03), the rounds were five for a lone 8-byte WRITE: the record, the state, the
+/// peer, the WQE, its regions (`gv_probe_path`: 1.8 us from the lock to the regions checked).
+/// Loading the first WQE's units in round 2 is done for thread groups only: it took
+/// gv_write_bw's kernel (block groups of 512 threads) from 128 to 168 registers (ptxas), past
+/// what a 512-thread block may use. A prefetch of its line into L1 there (no register) was tried
+/// and removed: nothing orders a prefetch after the record's acquire (it is a hint, outside the
+/// memory model, which the compiler may move above the branch on the acquired value), so it
+/// could fill L1 with WQE bytes older than the record, and the drain would read them.
+GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec, FastWqe* first = nullptr) {
     lc.batches = 1;
     lc.ci = q->sq_ci;
     lc.scope = state_scope(q);
@@ -79,6 +89,12 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     c.scq = q->scq;
     c.local_mrs = q->local_mrs;
     c.remote_mrs = q->remote_mrs;
+    // The guesses (lock holders write the hints; the lock's acquire ordered their stores
+    // before these loads). The state with a device-scope load whatever the QP's scope: which
+    // scope to use is itself a load of this round, and a guess needs no ordering.
+    QpContext* const r_guess = q->remote;
+    const QpState s_guess = load_state_relaxed(q);
+    const uint32_t hl = q->hint_lkey, hr = q->hint_rkey;
     // Acquire: the WQE bytes published up to the record are visible from here on, and so is
     // the state of the QP that the committer saw when it published. A group that staged the
     // WQEs has read it already, the same way.
@@ -90,20 +106,46 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     const bool sys = lc.scope != kScopeGpu;  // the peer's executor on another GPU writes these
     lc.state = load_state_relaxed(q, sys);
     QpContext* const remote = q->remote;
+    if (first) *first = fast_ring(lc).load(lc.ci);
+    // The guessed peer's fields, at once; whether they count is decided after.
+    const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
+    const QpContext* back = nullptr;
+    QpState rs = QpState::Reset;
+    uint32_t access = 0, ppd = 0;
+    if (pg) {
+        back = pg->remote;
+        rs = load_state_relaxed(pg, sys);
+        access = pg->access;
+        ppd = pg->pd;
+    }
+    if (hl) mr_fill(c.local_mrs, lc.local, hl, c.pd, false);
+    if (pg && hr) mr_fill(c.remote_mrs, lc.remote, hr, ppd, remote_foreign(c));
     // In ERROR every WQE flushes without the peer: a peer process that died is not read.
     lc.r = sends_allowed(lc.state) ? remote : nullptr;
     lc.peer_up = false;
     if (lc.r) {
-        // The peer's fields at once; whether they count is decided after.
-        const QpContext* const back = lc.r->remote;
-        const QpState rs = load_state_relaxed(lc.r, sys);
-        const uint32_t access = lc.r->access, ppd = lc.r->pd;
+        if (lc.r != pg) {
+            // Guessed wrong (the QP was just connected, or its state seen late): the peer's
+            // fields in a round of their own, and no region entry of the peer by guess.
+            lc.remote = MrCache{};
+            back = lc.r->remote;
+            rs = load_state_relaxed(lc.r, sys);
+            access = lc.r->access;
+            ppd = lc.r->pd;
+        }
         lc.peer_up = back == q && receives_allowed(rs);
         if (lc.peer_up) {
             c.peer_access = access;
             c.peer_pd = ppd;
         }
     }
+}
+
+/// The regions this drain's WQEs named last, as the next drain's guesses (load_batch). The
+/// leader, holding the lock, when the drain ends.
+GV_HOST_DEVICE void keep_hints(QpContext* q, const LeaderCache& lc) {
+    if (lc.local.tab) q->hint_lkey = lc.local.key;
+    if (lc.remote.tab) q->hint_rkey = lc.remote.key;
 }
 
 /// True when a published WQE waits at lc.ci (load_batch read the record for this drain) and
@@ -331,6 +373,11 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     // not (a stream of 4 KiB WRITEs would read each WQE twice, once in fast_run only to find
     // it too large, and once in prepare()).
     bool try_fast = true;
+    // A thread group (a lone committer: latency) loads the first WQE with the QP's state and
+    // peer (load_batch); larger groups' kernels have no registers for it.
+    constexpr bool kFirst = std::is_same_v<G, ThreadGroup>;
+    FastWqe first;
+    bool have_first = false;
     Plan p;                 // the leader's: the WQE at lc.ci, planned
     bool ahead = false;     // leader: p was planned during the last copy
     uint32_t b = 0;         // the plan buffer the group copies from
@@ -342,8 +389,12 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             if (g.leader()) {
                 uint32_t act = kExecute;
                 while (!ahead) {
-                    if (!lc.batches) load_batch(q, lc, dbrec);
-                    if (try_fast && next_published(lc)) fast_run(q, lc);
+                    if (!lc.batches) {
+                        load_batch(q, lc, dbrec, kFirst ? &first : nullptr);
+                        have_first = kFirst;
+                    }
+                    if (try_fast && next_published(lc)) fast_run(q, lc, have_first ? &first : nullptr);
+                    have_first = false;
                     act = prepare(q, lc, p);
                     if (act != kExecute) break;
                     const uint64_t bytes = plan_bytes(p);
@@ -363,7 +414,10 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                     GV_EXEC_STAMP(kStampFenced);
                     finish(q, lc, p.out);
                 }
-                if (g.size() == 1 && act != kExecute) return act;  // alone: no plan hand-off
+                if (g.size() == 1 && act != kExecute) {  // alone: no plan hand-off
+                    keep_hints(q, lc);
+                    return act;
+                }
                 Plan& to = group_plan<G>(q, b);  // for the group: header and used segments only
                 if (act == kExecute) hand_out(to, p, destinations_overlap(p));
                 else to.act = act;
@@ -372,7 +426,10 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         }
         const Plan& sp = group_plan<G>(q, b);
         const uint32_t act = sp.act;
-        if (act != kExecute) return act;
+        if (act != kExecute) {
+            if (g.leader()) keep_hints(q, lc);
+            return act;
+        }
         // Groups that plan ahead copy with all warps but the first, whose leader plans. Not
         // while a SEND (or WRITE_IMM) is copied: the next WQE is most likely one too, which
         // is not planned ahead (its receive is claimed in its turn), so every warp copies.

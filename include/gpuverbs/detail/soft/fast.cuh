@@ -99,8 +99,9 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 /// address: an earlier version that looked regions up in a called function kept the whole
 /// leader cache in local memory for all of drain() (stack 976 -> 1232 bytes in gv_write_bw's
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
-/// Per WQE it issues the next published WQE's loads before it copies this one.
-GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc) {
+/// Per WQE it issues the next published WQE's loads before it copies this one. first: the
+/// units of the WQE at lc.ci when load_batch loaded them already, else null.
+GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
     if (lc.pending == 0 || !sends_allowed(lc.state)) return;
@@ -110,7 +111,7 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc) {
     uint32_t pending = lc.pending;
     const FastRing ring = fast_ring(lc);
     bool lost = false;
-    FastWqe cur = ring.load(ci);
+    FastWqe cur = first ? *first : ring.load(ci);
     for (;;) {
         const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
         const bool is_read = c.opcode == MLX5_OPCODE_RDMA_READ;

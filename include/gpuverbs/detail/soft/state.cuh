@@ -195,6 +195,12 @@ struct QpContext {
     uint32_t rnr_waiting;    ///< 1 while the WQE at sq_ci waits for a receive
     unsigned long long rnr_deadline;  ///< next retry time (ns)
     unsigned long long executed;      ///< WQEs executed (statistics)
+    /// The keys of the regions the last drain's WQEs named (local, peer's): the next drain
+    /// loads those entries before it has read its first WQE (load_batch), so that a lone
+    /// WQE's region lookups do not wait for the WQE. Only guesses: a WQE naming other keys
+    /// looks them up as before, and an entry loaded by guess is checked as any other.
+    uint32_t hint_lkey;
+    uint32_t hint_rkey;
     Plan plan[2];            ///< the executing group's plans (exec.cuh group_plan: CPU and warp groups)
 };
 
