@@ -506,56 +506,54 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     }
 }
 
-/// True when the QP has published WQEs that an executor could run now. Relaxed loads: the
-/// caller has just issued a full fence. `dbrec`, `qsys`: the QP's doorbell record and its
-/// scope, read by the caller before (they never change), so that the loads here have no
-/// dependence between them and cost one latency together.
-GV_HOST_DEVICE bool has_work(const QpContext* q, uint32_t sc, const uint32_t* dbrec, bool qsys) {
-    const bool sys = sc != kScopeGpu;
-    const uint32_t pi = mlx5::from_be32(atom::load_relaxed(&dbrec[MLX5_SND_DBR], qsys)) & 0xffff;
-    const unsigned long long ci = atom::load_relaxed(&q->sq_ci, sys);
-    const QpState s = load_state_relaxed(q, sys);
-    const uint32_t waiting = atom::load_relaxed(&q->rnr_waiting, sys);
-    if (((pi - uint32_t(ci)) & 0xffff) == 0) return false;
-    if (!sends_allowed(s) && !in_error(s)) return false;
-    return !waiting || atom::now_ns() >= q->rnr_deadline;
-}
-
 /// Runs a QP's published work if no other group is running it. Called by every thread of
 /// the group after the doorbell record was updated.
+///
+/// The QP's lock counts rings (QpContext::lock). Every caller adds one with one RMW
+/// (acquire-release: the doorbell record it moved before is released with it); the one that
+/// finds 0 holds the QP, the others leave at once. The holder drains, then gives the QP back
+/// with a CAS from the count it last saw to 0: when that fails, some group rang meanwhile
+/// (perhaps for WQEs the drain already ran), and the holder, still holding, takes the new
+/// count (the failed CAS acquires it: the rings' records are visible) and drains again. So a
+/// ring is counted either before the CAS that frees the QP, which then fails, or after it,
+/// when the ringing group finds 0 and drains itself: no published WQE is left behind, and two
+/// groups never drain one QP at once. All of it is RMWs on one word, which every agent sees in
+/// one order, so no full fence is needed; the Dekker hand-off this replaces (the record's store,
+/// a full fence and the lock's CAS on one side, the lock's store, a full fence and the
+/// record's loads on the other) cost a committer the fence, and the holder the fence and a
+/// round of loads, on a lone WQE's path (docs/performance.md, 2026-12-03 session 14).
+/// A drain that stops for a receive the peer has not posted (kRnrWait) frees the QP whatever
+/// was rung: the WQEs behind the waiting one wait with it, and whoever retries it (a waiter's
+/// drive(), the receive's doorbell) drains them all.
+/// On two GPUs (sc = kScopePeer) committers of both GPUs ring: the RMWs are system-scope.
 template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     GV_EXEC_STAMP(kStampEnter);
-    // For the re-check after the lock is released (has_work); loaded here, their latency
-    // hides behind the lock's.
-    const uint32_t* const dbrec = q->dbrec;
-    const bool qsys = q->sys != 0;
+    const uint32_t* const dbrec = q->dbrec;  // read before the RMW: its latency hides behind it
+    uint32_t sc = kScopeGpu;
+    uint32_t got = 0;
+    if (g.leader()) {
+        sc = state_scope(q);
+        got = rmw_add(&q->lock, 1u, sc) == 0u ? 1u : 0u;
+    }
+    if (!g.bcast(got)) return;  // the holder will run what we published
+    GV_EXEC_STAMP(kStampLocked);
+    uint32_t seen = 1;  // leader: the count the QP was taken (or last re-drained) at
     for (;;) {
-        uint32_t got = 0;
-        // On two GPUs (sc = kScopePeer) committers of both GPUs take this lock: the committing
-        // group of a kernel on either GPU, and a receive posted on the peer's GPU retrying this
-        // QP's waiting send (ring_recv). Their hand-off is then system-scope: the fences, the
-        // lock's CAS and its release, and the re-check's loads.
-        uint32_t sc = kScopeGpu;
-        if (g.leader()) {
-            sc = state_scope(q);
-            // Dekker hand-off with the releasing holder: our doorbell-record store, then
-            // this full fence, then the lock read; the holder stores the lock, fences,
-            // then reads the record. One of the two sees the other's store.
-            atom::fence_seq_cst(sc != kScopeGpu);
-            uint32_t expect = 0;
-            got = rmw_cas(&q->lock, expect, 1u, sc) ? 1 : 0;
-        }
-        if (!g.bcast(got)) return;  // the holder will run what we published
-        GV_EXEC_STAMP(kStampLocked);
-        uint32_t why = drain(q, g, dbrec);
+        const uint32_t why = drain(q, g, dbrec);
         GV_EXEC_STAMP(kStampDrained);
         uint32_t again = 0;
         if (g.leader()) {
-            atom::store_release(&q->lock, 0u, sc != kScopeGpu);
-            atom::fence_seq_cst(sc != kScopeGpu);
+            if (why == kRnrWait) {
+                atom::store_release(&q->lock, 0u, sc != kScopeGpu);
+            } else {
+                uint32_t expect = seen;
+                if (!rmw_cas(&q->lock, expect, 0u, sc)) {
+                    seen = expect;
+                    again = 1;
+                }
+            }
             GV_EXEC_STAMP(kStampUnlocked);
-            again = (why != kRnrWait && has_work(q, sc, dbrec, qsys)) ? 1 : 0;
             GV_EXEC_STAMP(kStampRechecked);
         }
         if (!g.bcast(again)) return;

@@ -186,7 +186,9 @@ struct QpContext {
     MrTable remote_mrs;  ///< the peer device's registrations
 
     // --- execution state ---
-    uint32_t lock;           ///< held by the group executing this QP's send queue
+    /// 0: no group executes this QP's send queue; else a group does, and this counts the
+    /// rings since (exec.cuh progress()).
+    uint32_t lock;
     uint32_t syndrome;       ///< why the QP entered ERROR (0: moved there by the user)
     unsigned long long sq_ci;  ///< WQEBBs consumed
     unsigned long long rq_ci;  ///< receive WQEs consumed (claimed by CAS)
