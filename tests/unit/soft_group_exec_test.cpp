@@ -263,3 +263,110 @@ TEST(SoftGroupExec, LostCompletionEndsTheChain) {
         lost_completion_mid_chain(n);
     }
 }
+
+namespace {
+
+// SENDs planned ahead (the leader looks at the peer's next receive while the group copies the
+// WQE before, and claims it when it hands the plan out): SENDs of 100 to 1600 bytes, some
+// under the leader-alone limit, with 1 KiB WRITEs between them (a WRITE that completes quietly
+// hands the SEND after it out before its own barrier), into receives of two scatter entries
+// each. first_receives are posted before the commit; the rest after it, when the SEND that
+// found no receive waits under the RNR rules and the receives' doorbell retries it.
+void sends_ahead(uint32_t threads, uint32_t first_receives) {
+    QpOptions o;
+    o.sq_depth = 512;
+    o.rq_depth = 256;
+    o.max_recv_sge = 2;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kSends = 96, kPiece = 1024;
+    HostBuf src(p.pd, size_t(kSends) * 2 * kPiece, kLocalWrite), rbuf(p.pd, size_t(kSends) * 2 * kPiece, kLocalWrite),
+        wdst(p.pd, size_t(kSends) * kPiece, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 70 + threads);
+    std::mt19937_64 rng(threads * 7 + first_receives);
+    auto a = p.h(0), b = p.h(1);
+    std::vector<uint32_t> len(kSends);
+    auto post_receive = [&](uint32_t i) {
+        const Sge rs[2] = {{rbuf.addr(size_t(i) * 2 * kPiece), 600, rbuf.lkey()},
+                           {rbuf.addr(size_t(i) * 2 * kPiece + kPiece), kPiece, rbuf.lkey()}};
+        ASSERT_EQ(dev::post_recv(b, rs, 2), Status::Ok);
+    };
+    for (uint32_t i = 0; i < first_receives; ++i) post_receive(i);
+    for (uint32_t i = 0; i < kSends; ++i) {
+        len[i] = i % 9 == 4 ? 100 : 129 + uint32_t(rng() % 1472);
+        const uint32_t fl = i + 1 == kSends ? kSignaled : 0u;
+        ASSERT_EQ(dev::send(a, src.at(size_t(i) * 2 * kPiece), len[i], src.lkey(), fl), Status::Ok);
+        if (i % 3 == 1)
+            ASSERT_EQ(dev::write(a, src.at(size_t(i) * 2 * kPiece + kPiece), kPiece, src.lkey(),
+                                 wdst.addr(size_t(i) * kPiece), wdst.rkey(), 0u),
+                      Status::Ok);
+    }
+    commit_with_group(a, threads);
+    for (uint32_t i = first_receives; i < kSends; ++i) post_receive(i);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, 5'000'000'000ull), Status::Ok) << gvtest::qp_debug(a);
+    EXPECT_EQ(c.status, 0);
+    std::vector<Completion> rc(kSends);
+    uint32_t got = 0;
+    ASSERT_EQ(dev::wait_recv(b, kSends, rc.data(), 5'000'000'000ull, &got), Status::Ok) << got << " receive completions";
+    for (uint32_t i = 0; i < kSends; ++i) {
+        EXPECT_EQ(rc[i].status, 0) << "receive " << i;
+        EXPECT_EQ(rc[i].wqe_counter, uint16_t(i)) << "receive " << i;
+        EXPECT_EQ(rc[i].byte_len, len[i]) << "receive " << i;
+        // SEND i's bytes: 600 into the first entry, the rest into the second.
+        const uint8_t* s = src.at(size_t(i) * 2 * kPiece);
+        const uint32_t first = std::min(len[i], 600u);
+        EXPECT_EQ(std::memcmp(rbuf.at(size_t(i) * 2 * kPiece), s, first), 0) << "receive " << i << ", entry 0";
+        EXPECT_EQ(std::memcmp(rbuf.at(size_t(i) * 2 * kPiece + kPiece), s + first, len[i] - first), 0)
+            << "receive " << i << ", entry 1";
+        if (i % 3 == 1)
+            EXPECT_EQ(std::memcmp(wdst.at(size_t(i) * kPiece), s + kPiece, kPiece), 0) << "WRITE after SEND " << i;
+    }
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+}
+
+// A receive completion lost to the peer's full CQ while the SEND after it was planned ahead on
+// the next receive: the peer goes to ERROR, the plan (and its unclaimed receive) is dropped,
+// and no byte of the later SENDs lands.
+void send_ahead_lost_receive_completion(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 64;
+    o.rq_depth = 64;
+    Pair p(gvtest::cpu_context(), o, MemoryKind::Default, 4);
+    const uint32_t depth = p.rcq[1]->depth();
+    const uint32_t n = depth + 4;
+    constexpr uint32_t kLen = 512;
+    HostBuf src(p.pd, size_t(n) * kLen, kLocalWrite), rbuf(p.pd, size_t(n) * kLen, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 80 + threads);
+    std::memset(rbuf.data(), gvtest::kGuard, rbuf.size());
+    auto a = p.h(0), b = p.h(1);
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(dev::recv(b, rbuf.at(size_t(i) * kLen), kLen, rbuf.lkey()), Status::Ok);
+    for (uint32_t i = 0; i < n; ++i)
+        ASSERT_EQ(dev::send(a, src.at(size_t(i) * kLen), kLen, src.lkey(), 0u), Status::Ok);
+    commit_with_group(a, threads);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Error);
+    uint32_t landed = 0;
+    while (landed < n && std::memcmp(rbuf.at(size_t(landed) * kLen), src.at(size_t(landed) * kLen), kLen) == 0)
+        ++landed;
+    EXPECT_EQ(landed, depth + 1) << "SENDs whose data landed, of " << n << " (receive CQ depth " << depth << ")";
+    for (uint32_t w = landed; w < n; ++w)
+        for (size_t i = 0; i < kLen; ++i)
+            ASSERT_EQ(rbuf.data()[size_t(w) * kLen + i], gvtest::kGuard) << "SEND " << w << " wrote byte " << i;
+}
+
+}  // namespace
+
+TEST(SoftGroupExec, SendsPlannedAheadTakeReceivesInOrder) {
+    for (uint32_t n : {512u, 256u, 64u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        sends_ahead(n, 96);
+        sends_ahead(n, 61);
+    }
+}
+
+TEST(SoftGroupExec, LostReceiveCompletionDropsTheSendPlannedAhead) {
+    for (uint32_t n : {512u, 256u, 1u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        send_ahead_lost_receive_completion(n);
+    }
+}

@@ -188,12 +188,14 @@ GV_HOST_DEVICE uint8_t check_header(QpContext* q, const LeaderCache& lc, const m
 /// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
 /// kExecute with p.out.req_syndrome set: the WQE fails, and finish() completes it so.
 /// ahead: drain() plans this WQE while the group still copies the one before it, which is not
-/// complete yet; then only a WRITE or a READ is planned (kStop for the rest, which prepare()
-/// plans again in its turn): planning those changes nothing another agent sees, where an
-/// atomic is performed and a SEND or WRITE_IMM claims the peer's receive here.
+/// complete yet; then only a WRITE, a READ or a SEND is planned (kStop for the rest, which
+/// prepare() plans again in its turn): planning those changes nothing another agent sees (a
+/// SEND's receive is looked at here and claimed when the plan is handed out: peek_receive,
+/// claim_planned), where an atomic is performed here and a WRITE_IMM's failure path claims.
 GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahead = false) {
     p.nseg = 0;
     p.sys = 0;
+    p.claim = 0;
     if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
@@ -214,7 +216,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahe
     };
     if (uint8_t s = check_header(q, lc, w, o)) return fail(s);
     const uint8_t op = w.opcode();
-    if (ahead && op != MLX5_OPCODE_RDMA_WRITE && op != MLX5_OPCODE_RDMA_READ) return kStop;
+    if (ahead && op != MLX5_OPCODE_RDMA_WRITE && op != MLX5_OPCODE_RDMA_READ && !mlx5::is_send(op)) return kStop;
     if (op == MLX5_OPCODE_NOP) {
         p.out = o;
         return kExecute;
@@ -262,9 +264,15 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahe
     GV_EXEC_STAMP(kStampRemote);
     if (mlx5::consumes_receive(op)) {
         unsigned long long rc = 0;
-        const Receive got = take_receive(q, lc.r, rv, &rc);
-        if (got == Receive::Wait) return kRnrWait;
-        if (got == Receive::Exceeded) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+        if (ahead) {
+            // A SEND planned ahead: the receive it would take, claimed when handed out.
+            if (!peek_receive(lc.r, rv, &rc)) return kStop;
+            p.claim = rc + 1;
+        } else {
+            const Receive got = take_receive(q, lc.r, rv, &rc);
+            if (got == Receive::Wait) return kRnrWait;
+            if (got == Receive::Exceeded) return fail(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+        }
         o.rq_index = uint16_t(rc);
         o.resp_kind = op == MLX5_OPCODE_RDMA_WRITE_IMM ? MLX5_CQE_RESP_WR_IMM
                       : op == MLX5_OPCODE_SEND_IMM     ? MLX5_CQE_RESP_SEND_IMM
@@ -307,6 +315,18 @@ struct GroupTail {
 /// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
 GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p) {
     return prepare(q, lc, p, true) == kExecute && plan_bytes(p) > kLeaderBytes;
+}
+
+/// Claims the receive a SEND planned ahead was planned on (Plan::claim), when its plan is about
+/// to be handed out: true when it is ours (or nothing was to be claimed), false when the peer's
+/// flush took it meanwhile (the plan is then void: prepare() plans the SEND again). Leader only.
+GV_HOST_DEVICE bool claim_planned(QpContext* q, const LeaderCache& lc, Plan& p) {
+    if (!p.claim) return true;
+    unsigned long long c = p.claim - 1;
+    p.claim = 0;
+    if (!rmw_cas(&lc.r->rq_ci, c, c + 1, state_scope(lc.r))) return false;
+    q->rnr_waiting = 0;
+    return true;
 }
 
 /// Where the leader hands plans to its group: two buffers, which chained WQEs use in turns
@@ -388,6 +408,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         if (!chained) {
             if (g.leader()) {
                 uint32_t act = kExecute;
+                if (ahead && !claim_planned(q, lc, p)) ahead = false;
                 while (!ahead) {
                     if (!lc.batches) {
                         load_batch(q, lc, dbrec, kFirst ? &first : nullptr);
@@ -431,15 +452,15 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             return act;
         }
         // Groups that plan ahead copy with all warps but the first, whose leader plans. Not
-        // while a SEND (or WRITE_IMM) is copied: the next WQE is most likely one too, which
-        // is not planned ahead (its receive is claimed in its turn), so every warp copies.
+        // while a WRITE_IMM is copied: the next WQE is most likely one too, which is not
+        // planned ahead (its receive is claimed in its turn), so every warp copies.
         // Nor when destinations overlap: then everyone copies segment by segment, a barrier
         // between two (found on 2026-12-03: with the copy shared differently, the traffic
         // suite's overlapping READ scatter entries came out in another order; as before, they
         // were right by timing only).
         const uint32_t overlap = sp.overlap;
         const uint32_t from =
-            g.size() >= kPlanAheadThreads && !overlap && !mlx5::consumes_receive(sp.out.opcode) ? 32 : 0;
+            g.size() >= kPlanAheadThreads && !overlap && sp.out.opcode != MLX5_OPCODE_RDMA_WRITE_IMM ? 32 : 0;
         if (g.rank() >= from) {
             const GroupTail<G> copiers{g, from};
             const uint32_t nseg = sp.nseg;
@@ -469,7 +490,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 // Chain the next WQE when completing this one changes nothing its plan rests
                 // on, and its destinations do not overlap (those are copied by every thread).
                 Plan& next = group_plan<G>(q, b ^ 1);
-                if (ahead && completes_quietly(sp.out) && !destinations_overlap(p)) {
+                bool chain = ahead && completes_quietly(sp.out) && !destinations_overlap(p);
+                if (chain && !claim_planned(q, lc, p)) chain = ahead = false;
+                if (chain) {
                     hand_out(next, p, false);
                 } else {
                     next.act = kStop;  // not chained: handed out after this one completes

@@ -166,6 +166,19 @@ GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, const RqView& v,
         // c now holds the value the CAS found (a flush of the peer's claimed some).
     }
 }
+/// For a SEND planned ahead (drain() plans WQE k+1 while the group copies k): the index of the
+/// peer r's next posted receive, without claiming it, or false when none is posted (the SEND is
+/// then planned in its turn, under the RNR rules). The claim is made when the plan is handed
+/// out (claim_planned in exec.cuh), with the CAS take_receive makes: only the lock holder and
+/// the peer's own flushes in ERROR move r's rq_ci, and a flush between the two makes the CAS
+/// fail, so the plan is dropped and the SEND planned again.
+GV_HOST_DEVICE bool peek_receive(QpContext* r, const RqView& v, unsigned long long* rc) {
+    const unsigned long long c = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
+    // Acquire: the receive WQEs the record covers are visible from here on.
+    if (((mlx5::read_rq_dbrec(v.dbrec, v.sys != 0) - uint32_t(c)) & 0xffff) == 0) return false;
+    *rc = c;
+    return true;
+}
 
 /// The copies of a SEND: the gather list g scattered over the list of the peer's receive
 /// WQE rc. When the receive cannot take the message, sets o.resp_syndrome (the responder's
