@@ -192,10 +192,13 @@ GV_HOST_DEVICE uint8_t check_header(QpContext* q, const LeaderCache& lc, const m
 /// prepare() plans again in its turn): planning those changes nothing another agent sees (a
 /// SEND's receive is looked at here and claimed when the plan is handed out: peek_receive,
 /// claim_planned), where an atomic is performed here and a WRITE_IMM's failure path claims.
-GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahead = false) {
+/// ahead: null, or (planning ahead) where the claim to make is left: 1 + the peer's receive
+/// index a SEND was planned on, else 0. Kept by the leader, not in the Plan: the group's
+/// copy of a plan (in shared memory) stays as it was, and so does its layout.
+GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long* ahead = nullptr) {
     p.nseg = 0;
     p.sys = 0;
-    p.claim = 0;
+    if (ahead) *ahead = 0;
     if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
     // On two GPUs every byte this WQE stores (into the peer's GPU, or into our own memory
@@ -267,7 +270,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, bool ahe
         if (ahead) {
             // A SEND planned ahead: the receive it would take, claimed when handed out.
             if (!peek_receive(lc.r, rv, &rc)) return kStop;
-            p.claim = rc + 1;
+            *ahead = rc + 1;
         } else {
             const Receive got = take_receive(q, lc.r, rv, &rc);
             if (got == Receive::Wait) return kRnrWait;
@@ -324,17 +327,18 @@ struct GroupTail {
 /// it) into p: true when that is a WRITE or READ for the group to copy next. Anything else
 /// (nothing published, another opcode, a WQE that fails its checks or moves at most
 /// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
-GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p) {
-    return prepare(q, lc, p, true) == kExecute && plan_bytes(p) > kLeaderBytes;
+GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long& claim) {
+    return prepare(q, lc, p, &claim) == kExecute && plan_bytes(p) > kLeaderBytes;
 }
 
-/// Claims the receive a SEND planned ahead was planned on (Plan::claim), when its plan is about
-/// to be handed out: true when it is ours (or nothing was to be claimed), false when the peer's
-/// flush took it meanwhile (the plan is then void: prepare() plans the SEND again). Leader only.
-GV_HOST_DEVICE bool claim_planned(QpContext* q, const LeaderCache& lc, Plan& p) {
-    if (!p.claim) return true;
-    unsigned long long c = p.claim - 1;
-    p.claim = 0;
+/// Claims the receive a SEND planned ahead was planned on (claim: 1 + its index, from
+/// plan_ahead), when its plan is about to be handed out: true when it is ours (or nothing was to
+/// be claimed), false when the peer's flush took it meanwhile (the plan is then void: prepare()
+/// plans the SEND again). Leader only.
+GV_HOST_DEVICE bool claim_planned(QpContext* q, const LeaderCache& lc, unsigned long long& claim) {
+    if (!claim) return true;
+    unsigned long long c = claim - 1;
+    claim = 0;
     if (!rmw_cas(&lc.r->rq_ci, c, c + 1, state_scope(lc.r))) return false;
     q->rnr_waiting = 0;
     return true;
@@ -410,6 +414,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
     FastWqe first;
     bool have_first = false;
     Plan p;                 // the leader's: the WQE at lc.ci, planned
+    unsigned long long claim = 0;  // leader: the receive p was planned on, to claim (plan_ahead)
     bool ahead = false;     // leader: p was planned during the last copy
     uint32_t b = 0;         // the plan buffer the group copies from
     // Every thread: the plan at b was handed out at the last barrier, so the WQE before it
@@ -419,7 +424,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
         if (!chained) {
             if (g.leader()) {
                 uint32_t act = kExecute;
-                if (ahead && !claim_planned(q, lc, p)) ahead = false;
+                if (ahead && !claim_planned(q, lc, claim)) ahead = false;
                 while (!ahead) {
                     if (!lc.batches) {
                         load_batch(q, lc, dbrec, kFirst ? &first : nullptr);
@@ -498,13 +503,13 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
             }
             advance(lc, p.out);
             // p was handed out, so the leader may plan the next WQE into it.
-            ahead = from ? plan_ahead(q, lc, p) : false;
+            ahead = from ? plan_ahead(q, lc, p, claim) : false;
             if (from) {
                 // Chain the next WQE when completing this one changes nothing its plan rests
                 // on, and its destinations do not overlap (those are copied by every thread).
                 Plan& next = group_plan<G>(q, b ^ 1);
                 bool chain = ahead && completes_quietly(sp.out) && !destinations_overlap(p);
-                if (chain && !claim_planned(q, lc, p)) chain = ahead = false;
+                if (chain && !claim_planned(q, lc, claim)) chain = ahead = false;
                 if (chain) {
                     hand_out(next, p, false);
                 } else {

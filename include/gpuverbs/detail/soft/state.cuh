@@ -149,9 +149,6 @@ struct Plan {
     /// bytes win, in list order, as a NIC's DMA writes them. Set where drain() hands the plan
     /// to the group (the leader alone copies in list order anyway).
     uint32_t overlap;
-    /// A SEND planned ahead: 1 + the peer's receive index it was planned on, to claim when the
-    /// plan is handed out (exec.cuh claim_planned); 0 when nothing is left to claim.
-    unsigned long long claim;
     Outcome out;
     CopySeg seg[kMaxPlanSegs];
 };
