@@ -54,8 +54,8 @@ enum Action : uint32_t {
 /// Each dependent step here is a device-memory latency (0.15 to 0.3 us on the H200) that every
 /// drain waits for, a lone WQE's included, so the loads go in two rounds, each issued whole
 /// before anything waits for its values:
-///   1. the configuration, sq_ci and the record (acquire; its address read before the lock by
-///      progress()), and guesses for round 2: the peer pointer, the QP's state, and the keys of
+///   1. the configuration, sq_ci and the record (acquire; its address and scope read before the
+///      lock by progress()), and guesses for round 2: the peer pointer, the QP's state, and the keys of
 ///      the regions the last drain used (QpContext::hint_lkey / hint_rkey);
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
 ///      the QP's state and peer again (the values that count), the guessed peer's fields, the
@@ -75,7 +75,8 @@ enum Action : uint32_t {
 /// and removed: nothing orders a prefetch after the record's acquire (it is a hint, outside the
 /// memory model, which the compiler may move above the branch on the acquired value), so it
 /// could fill L1 with WQE bytes older than the record, and the drain would read them.
-GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec, FastWqe* first = nullptr) {
+GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec, bool qsys,
+                               FastWqe* first = nullptr) {
     lc.batches = 1;
     lc.ci = q->sq_ci;
     lc.scope = state_scope(q);
@@ -98,7 +99,9 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     // Acquire: the WQE bytes published up to the record are visible from here on, and so is
     // the state of the QP that the committer saw when it published. A group that staged the
     // WQEs has read it already, the same way.
-    const uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(dbrec, c.sys != 0);
+    // Its scope (qsys: QpContext::sys) was read before the lock, as its address: with the scope
+    // loaded here, the acquire would wait for that load, a round of its own.
+    const uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(dbrec, qsys);
     // The record holds the producer index's low 16 bits; rings are at most 2^15 WQEBBs, so
     // the difference modulo 2^16 is the published count.
     lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;
@@ -385,8 +388,8 @@ GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
-/// the whole group through group_plan(). dbrec: the QP's doorbell record (progress() read its
-/// address before it took the lock).
+/// the whole group through group_plan(). dbrec, qsys: the QP's doorbell record and its scope
+/// (progress() read them before it took the lock).
 ///
 /// A large WQE costs the group its copy and, between two copies, the leader's work: the fence
 /// and completion of the one, the planning of the next (reading and checking the WQE, its
@@ -399,7 +402,7 @@ GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
 /// k changed nothing it was planned on (a lost completion moves the QP to ERROR, and k+1 then
 /// flushes: prepare() plans it again), and is handed out after k's completion.
 template <typename G>
-GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
+GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, bool qsys) {
     LeaderCache lc;  // meaningful in the leader only
 #if GV_DEVICE_CODE
     if constexpr (StageBbs<G>::value > 0) stage_wqes(q, g, lc);
@@ -427,7 +430,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
                 if (ahead && !claim_planned(q, lc, claim)) ahead = false;
                 while (!ahead) {
                     if (!lc.batches) {
-                        load_batch(q, lc, dbrec, kFirst ? &first : nullptr);
+                        load_batch(q, lc, dbrec, qsys, kFirst ? &first : nullptr);
                         have_first = kFirst;
                     }
                     if (try_fast && next_published(lc)) fast_run(q, lc, have_first ? &first : nullptr);
@@ -570,7 +573,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec) {
 template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     GV_EXEC_STAMP(kStampEnter);
-    const uint32_t* const dbrec = q->dbrec;  // read before the RMW: its latency hides behind it
+    // The doorbell record's address and scope, read before the RMW: their latency hides behind it.
+    const uint32_t* const dbrec = q->dbrec;
+    const bool qsys = q->sys != 0;
     uint32_t sc = kScopeGpu;
     uint32_t got = 0;
     if (g.leader()) {
@@ -581,7 +586,7 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     GV_EXEC_STAMP(kStampLocked);
     uint32_t seen = 1;  // leader: the count the QP was taken (or last re-drained) at
     for (;;) {
-        const uint32_t why = drain(q, g, dbrec);
+        const uint32_t why = drain(q, g, dbrec, qsys);
         GV_EXEC_STAMP(kStampDrained);
         uint32_t again = 0;
         if (g.leader()) {
