@@ -45,6 +45,9 @@ enum Action : uint32_t {
     kStop = 0,     ///< nothing (more) to execute now
     kExecute = 1,  ///< copy the plan's segments, then finish the WQE
     kRnrWait = 2,  ///< the WQE at sq_ci waits for a receive on the peer
+    /// Nothing more in this drain's batch, but more is published: the group staged only part
+    /// of it (stage_wqes). progress() drains again before it gives the QP back.
+    kMore = 3,
 };
 
 /// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's
@@ -460,7 +463,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
                 }
                 Plan& to = group_plan<G>(q, b);  // for the group: header and used segments only
                 if (act == kExecute) hand_out(to, p, destinations_overlap(p));
-                else to.act = act;
+                else to.act = act == kStop && lc.cut ? uint32_t(kMore) : act;
             }
             g.sync();  // publishes the leader's plan
         }
@@ -566,8 +569,12 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
 /// a full fence and the lock's CAS on one side, the lock's store, a full fence and the
 /// record's loads on the other) cost a committer the fence, and the holder the fence and a
 /// round of loads, on a lone WQE's path (docs/performance.md, 2026-12-03 session 14).
-/// A drain that stops for a receive the peer has not posted (kRnrWait) frees the QP whatever
-/// was rung: the WQEs behind the waiting one wait with it, and whoever retries it (a waiter's
+/// A drain that staged only part of what is published (kMore: no ring tells of the rest, which
+/// was rung for before the drain began) drains again at once. Found on the H200 the first time
+/// this ran (2026-12-03, `CpuDoorbells.LongListsOfMixedSizesCrossTheStage`: a long list a CPU
+/// thread rang for once was left half done), where the re-check of the Dekker hand-off had
+/// found it. A drain that stops for a receive the peer has not posted (kRnrWait) frees the QP
+/// whatever was rung: the WQEs behind the waiting one wait with it, and whoever retries it (a waiter's
 /// drive(), the receive's doorbell) drains them all.
 /// On two GPUs (sc = kScopePeer) committers of both GPUs ring: the RMWs are system-scope.
 template <typename G>
@@ -592,6 +599,8 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
         if (g.leader()) {
             if (why == kRnrWait) {
                 atom::store_release(&q->lock, 0u, sc != kScopeGpu);
+            } else if (why == kMore) {
+                again = 1;
             } else {
                 uint32_t expect = seen;
                 if (!rmw_cas(&q->lock, expect, 0u, sc)) {

@@ -132,6 +132,9 @@ struct LeaderCache {
     unsigned long long stage_ci = 0;
     uint32_t stage_n = 0;
     uint32_t staged_pi = 0;
+    /// 1 when staged_pi was cut to the WQEs the stage holds whole, short of the record: the
+    /// drain then ends with kMore (exec.cuh), so that progress() drains the rest.
+    uint32_t cut = 0;
 };
 
 }  // namespace gv::detail::soft
