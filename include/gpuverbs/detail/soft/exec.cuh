@@ -559,9 +559,12 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
 /// The QP's lock counts rings (QpContext::lock). Every caller adds one with one RMW
 /// (acquire-release: the doorbell record it moved before is released with it); the one that
 /// finds 0 holds the QP, the others leave at once. The holder drains, then gives the QP back
-/// with a CAS from the count it last saw to 0: when that fails, some group rang meanwhile
-/// (perhaps for WQEs the drain already ran), and the holder, still holding, takes the new
-/// count (the failed CAS acquires it: the rings' records are visible) and drains again. So a
+/// with a CAS from 1 to 0: when that fails, some group rang meanwhile (perhaps for WQEs the
+/// drain already ran), and the holder, still holding, sets the count back to 1 (an exchange,
+/// which acquires every ring before it: their records are visible) and drains again. The
+/// count so stays small however long one group holds the QP: a 32-bit count that only grew
+/// would wrap after 2^32 rings in one hold (seconds of rings at an L2 atomic's rate, from a
+/// kernel whose threads all commit on one QP), and a wrapped count reads as free. So a
 /// ring is counted either before the CAS that frees the QP, which then fails, or after it,
 /// when the ringing group finds 0 and drains itself: no published WQE is left behind, and two
 /// groups never drain one QP at once. All of it is RMWs on one word, which every agent sees in
@@ -591,7 +594,6 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     }
     if (!g.bcast(got)) return;  // the holder will run what we published
     GV_EXEC_STAMP(kStampLocked);
-    uint32_t seen = 1;  // leader: the count the QP was taken (or last re-drained) at
     for (;;) {
         const uint32_t why = drain(q, g, dbrec, qsys);
         GV_EXEC_STAMP(kStampDrained);
@@ -602,9 +604,9 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
             } else if (why == kMore) {
                 again = 1;
             } else {
-                uint32_t expect = seen;
+                uint32_t expect = 1;
                 if (!rmw_cas(&q->lock, expect, 0u, sc)) {
-                    seen = expect;
+                    rmw_exchange(&q->lock, 1u, sc);
                     again = 1;
                 }
             }

@@ -67,6 +67,15 @@ GV_HOST_DEVICE bool rmw_cas(T* p, T& expected, T desired, uint32_t scope) {
     return atom::cas(p, expected, desired, scope != kScopeGpu);
 }
 
+/// Exchange at `scope` (acquire-release); returns the value replaced.
+template <typename T>
+GV_HOST_DEVICE T rmw_exchange(T* p, T v, uint32_t scope) {
+#if GV_DEVICE_CODE
+    if (scope == kScopePeer) return peer_ref(p).exchange(v, ::cuda::memory_order_acq_rel);
+#endif
+    return atom::exchange(p, v, scope != kScopeGpu);
+}
+
 /// Largest scatter/gather list of one send or receive WQE.
 inline constexpr uint32_t kMaxSge = 8;
 /// Copy segments one WQE can need: a gather list scattered over a receive list.
