@@ -577,8 +577,8 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
 /// this ran (2026-12-03, `CpuDoorbells.LongListsOfMixedSizesCrossTheStage`: a long list a CPU
 /// thread rang for once was left half done), where the re-check of the Dekker hand-off had
 /// found it. A drain that stops for a receive the peer has not posted (kRnrWait) frees the QP
-/// whatever was rung: the WQEs behind the waiting one wait with it, and whoever retries it (a waiter's
-/// drive(), the receive's doorbell) drains them all.
+/// whatever was rung: the WQEs behind the waiting one wait with it, and whoever retries it (a
+/// waiter's drive(), the receive's doorbell) drains them all.
 /// On two GPUs (sc = kScopePeer) committers of both GPUs ring: the RMWs are system-scope.
 template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
