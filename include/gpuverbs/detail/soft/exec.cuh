@@ -345,9 +345,7 @@ GV_HOST_DEVICE bool claim_planned(QpContext* q, const LeaderCache& lc, unsigned 
     if (!claim) return true;
     unsigned long long c = claim - 1;
     claim = 0;
-    if (!rmw_cas(&lc.r->rq_ci, c, c + 1, state_scope(lc.r))) return false;
-    q->rnr_waiting = 0;
-    return true;
+    return claim_receive(q, lc.r, c, state_scope(lc.r));
 }
 
 /// Where the leader hands plans to its group: two buffers, which chained WQEs use in turns

@@ -114,6 +114,20 @@ GV_HOST_DEVICE uint8_t plan_rdma(LeaderCache& lc, mlx5::RaddrFields ra, bool is_
     return 0;
 }
 
+/// Receive WQEs the peer (v: its receive side) has posted past index c. Its record is read with
+/// acquire: the receive WQEs it covers are visible from here on.
+GV_HOST_DEVICE uint32_t receives_posted(const RqView& v, unsigned long long c) {
+    return (mlx5::read_rq_dbrec(v.dbrec, v.sys != 0) - uint32_t(c)) & 0xffff;
+}
+
+/// Claims the peer r's receive c (CAS on its rq_ci at `scope`, state_scope(r)): true when it is
+/// q's now, and q's send no longer waits for one; else c holds the rq_ci the CAS found.
+GV_HOST_DEVICE bool claim_receive(QpContext* q, QpContext* r, unsigned long long& c, uint32_t scope) {
+    if (!rmw_cas(&r->rq_ci, c, c + 1, scope)) return false;
+    q->rnr_waiting = 0;
+    return true;
+}
+
 enum class Receive {
     Taken,     ///< the peer's next receive WQE is ours
     Wait,      ///< none posted: the WQE waits at sq_ci (RNR), retried later
@@ -136,9 +150,7 @@ GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, const RqView& v,
     // r's rq_ci is also claimed by r's own flushes (on r's GPU): system scope on two GPUs.
     unsigned long long c = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
     for (;;) {
-        // Acquire: the receive WQEs the record covers are visible from here on.
-        const uint32_t avail = (mlx5::read_rq_dbrec(v.dbrec, v.sys != 0) - uint32_t(c)) & 0xffff;
-        if (avail == 0) {
+        if (receives_posted(v, c) == 0) {
             if (q->rnr_retry == 0) return Receive::Exceeded;
             uint64_t now = atom::now_ns();
             uint64_t delay = uint64_t(rnr_timer_us(r->min_rnr_timer)) * 1000;
@@ -158,24 +170,23 @@ GV_HOST_DEVICE Receive take_receive(QpContext* q, QpContext* r, const RqView& v,
             }
             return Receive::Wait;
         }
-        if (rmw_cas(&r->rq_ci, c, c + 1, v.scope)) {
-            q->rnr_waiting = 0;
+        if (claim_receive(q, r, c, v.scope)) {
             *rc = c;
             return Receive::Taken;
         }
         // c now holds the value the CAS found (a flush of the peer's claimed some).
     }
 }
+
 /// For a SEND planned ahead (drain() plans WQE k+1 while the group copies k): the index of the
 /// peer r's next posted receive, without claiming it, or false when none is posted (the SEND is
 /// then planned in its turn, under the RNR rules). The claim is made when the plan is handed
-/// out (claim_planned in exec.cuh), with the CAS take_receive makes: only the lock holder and
+/// out (claim_planned in exec.cuh), with take_receive's claim_receive: only the lock holder and
 /// the peer's own flushes in ERROR move r's rq_ci, and a flush between the two makes the CAS
 /// fail, so the plan is dropped and the SEND planned again.
 GV_HOST_DEVICE bool peek_receive(QpContext* r, const RqView& v, unsigned long long* rc) {
     const unsigned long long c = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
-    // Acquire: the receive WQEs the record covers are visible from here on.
-    if (((mlx5::read_rq_dbrec(v.dbrec, v.sys != 0) - uint32_t(c)) & 0xffff) == 0) return false;
+    if (receives_posted(v, c) == 0) return false;
     *rc = c;
     return true;
 }
