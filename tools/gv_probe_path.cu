@@ -43,13 +43,13 @@ const char* kStep[] = {"reserve (sq_reserve_group)", "build WQE", "publish (sq_p
 // step from one WQE's end to the next one's start.
 using gv::detail::kStampCount;
 const char* kInside[kStampCount + 2] = {
-    "  execute: call",                        "  execute: hand-off fence + lock CAS",
+    "  execute: call",                        "  execute: ring (atomic add on the lock word)",
     "  execute: doorbell record, state, config / next WQE", "  execute: read + check the WQE",
     "  execute: local memory region",         "  execute: peer memory region, plan",
     "  execute: copy 8 bytes",                "  execute: release fence",
     "  execute: requester CQE (slot, ci, write)", "  execute: sq_ci, error check",
-    "  execute: drain's next look (nothing)", "  execute: unlock + hand-off fence",
-    "  execute: re-check (has_work)",         "  poll: call",
+    "  execute: drain's next look (nothing)", "  execute: give the QP back (CAS)",
+    "  execute: (no re-check since the counting lock)",         "  poll: call",
     "  poll: consumer index, CQE ready, decode", "  poll: claim (CAS on ci)",
     "  poll: CQ doorbell record",             "  poll: retire the send queue's slots",
     "  execute: return",                      "  poll: return"};

@@ -14,7 +14,7 @@ namespace gv::detail {
 /// The points stamped, in the order one signaled WRITE passes them.
 enum ExecStamp : int {
     kStampEnter,        ///< progress() entered
-    kStampLocked,       ///< the hand-off fence and the lock's CAS done
+    kStampLocked,       ///< the ring's atomic add on the lock word done (the QP is held)
     kStampPublished,    ///< next_published: the doorbell record, QP state and configuration read
     kStampChecked,      ///< the WQE read and its header and body checked
     kStampLocal,        ///< the local side's memory regions resolved
@@ -24,8 +24,8 @@ enum ExecStamp : int {
     kStampCqe,          ///< the requester's CQE written (slot, consumer index, CQE)
     kStampFinished,     ///< sq_ci advanced
     kStampDrained,      ///< drain() found nothing more
-    kStampUnlocked,     ///< the lock released and the hand-off fence
-    kStampRechecked,    ///< has_work() re-checked
+    kStampUnlocked,     ///< the QP given back (the lock word's CAS to 0)
+    kStampRechecked,    ///< kept for the tool's columns: nothing is re-checked since the counting lock
     kStampPollEnter,    ///< poll_cq() entered
     kStampPollReady,    ///< the CQE at the consumer index found ready and decoded
     kStampPollClaimed,  ///< the consumer index claimed (CAS)

@@ -416,7 +416,6 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
     // peer (load_batch); larger groups' kernels have no registers for it.
     constexpr bool kFirst = std::is_same_v<G, ThreadGroup>;
     FastWqe first;
-    bool have_first = false;
     Plan p;                 // the leader's: the WQE at lc.ci, planned
     unsigned long long claim = 0;  // leader: the receive p was planned on, to claim (plan_ahead)
     bool ahead = false;     // leader: p was planned during the last copy
@@ -430,12 +429,12 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
                 uint32_t act = kExecute;
                 if (ahead && !claim_planned(q, lc, claim)) ahead = false;
                 while (!ahead) {
+                    const FastWqe* loaded = nullptr;  // the WQE at lc.ci, when load_batch read it
                     if (!lc.batches) {
                         load_batch(q, lc, dbrec, qsys, kFirst ? &first : nullptr);
-                        have_first = kFirst;
+                        if (kFirst) loaded = &first;
                     }
-                    if (try_fast && next_published(lc)) fast_run(q, lc, have_first ? &first : nullptr);
-                    have_first = false;
+                    if (try_fast && next_published(lc)) fast_run(q, lc, loaded);
                     act = prepare(q, lc, p);
                     if (act != kExecute) break;
                     const uint64_t bytes = plan_bytes(p);

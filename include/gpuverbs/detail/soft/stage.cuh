@@ -62,9 +62,9 @@ __device__ void stage_wqes(QpContext* q, const G& g, LeaderCache& lc) {
         // More published than staged: this drain takes the whole WQEs the stage holds, as if
         // the record said no more (as a record read a little earlier would have), and ends with
         // kMore (lc.cut): progress() drains again at once, and the next drain stages the rest.
-        // No ring would tell of the rest: it was rung for before this drain began. A WQE larger than the stage
-        // (or one whose size is wrong) leaves the record as read: the drain then reads it from
-        // the ring and judges it there.
+        // No ring would tell of the rest: it was rung for before this drain began. A WQE larger
+        // than the stage (or one whose size is wrong) leaves the record as read: the drain then
+        // reads it from the ring and judges it there.
         const uint32_t pending = (lc.staged_pi - uint32_t(ci)) & 0xffff;
         if (pending > n) {
             uint32_t whole = 0;
