@@ -27,7 +27,9 @@ struct ArenaHeader {
     /// of another layout is refused at import.
     uint32_t version;
 };
-inline constexpr uint32_t kArenaVersion = 2;  // 2: QpContext::xgpu, CqState::xgpu (two GPUs)
+// 2: QpContext::xgpu, CqState::xgpu (two GPUs); 3: QpContext::sq_ready, CqState::ci (the executor
+// reads the posters' and pollers' counters, not the doorbell records).
+inline constexpr uint32_t kArenaVersion = 3;
 inline constexpr uint64_t kArenaMagic = 0x414e455241564721ull;  // "!GVARENA"
 
 class Arena {

@@ -39,6 +39,7 @@ SoftCq::SoftCq(std::shared_ptr<SoftDevice> dev, const CqOptions& o) : dev_(std::
     st.sys = device_ ? 0 : 1;
     st.cqn = cqn_ = dev_->alloc_cqn();
     st.overrun = q_.at<uint32_t>(ring_bytes_ + 72);
+    st.ci = q_.at<unsigned long long>(ring_bytes_ + 64);
     dev_->write(s_, 0, &st, sizeof st);
 }
 
@@ -50,7 +51,9 @@ SoftCq::~SoftCq() {
 dev::CqHandle SoftCq::handle() const {
     dev::CqHandle h{};
     h.cqes = q_.at<mlx5_cqe64>(0);
-    h.dbrec = q_.at<uint32_t>(ring_bytes_);
+    // No record: the executor reads the pollers' consumer index (soft::CqState::ci), so pollers
+    // do not move it (poll_cq).
+    h.dbrec = nullptr;
     h.ci = q_.at<unsigned long long>(ring_bytes_ + 64);
     h.overrun = q_.at<uint32_t>(ring_bytes_ + 72);
     h.slots = q_.at<dev::CqQpSlot>(ring_bytes_ + 128);

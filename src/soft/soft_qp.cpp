@@ -369,6 +369,7 @@ private:
         st.sq = q_.at(0);
         st.rq = q_.at(sq_bytes_);
         st.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
+        st.sq_ready = &q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64)->sq_ready;
         st.scq = scq_->state();
         st.rcq = rcq_->state();
         st.local_mrs = dev_->mr_table();

@@ -123,6 +123,22 @@ GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 #endif
 }
 
+/// fetch_max with release ordering only, its result unused: what precedes it is visible to
+/// whoever acquires the value, and nothing after it waits for it (a GPU thread goes on while
+/// the RMW is in flight, where an acquire-release one holds its later loads back).
+template <typename T>
+GV_HOST_DEVICE void max_release(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_relaxed); });
+    else gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_release);
+#else
+    (void)sys;
+    T cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+#endif
+}
+
 /// Compare-and-swap with acquire-release ordering; returns true when it swapped and
 /// leaves the value seen in `expected` otherwise.
 template <typename T>

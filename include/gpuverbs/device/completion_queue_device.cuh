@@ -40,29 +40,34 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c, const CqQ
         uint32_t none = 0;
         atom::cas(s->syndrome, none, uint32_t(c.status), cq.sys != 0);
     }
+    // Release, and nothing waits for it: the slots' reads (the ctrl word below, the CQE's)
+    // come before a poster that acquires the retirement point writes into them.
     if (c.is_recv()) {
         if (!s->rq_retired) return;
         unsigned long long r = atom::load_acquire(s->rq_retired);
         uint32_t ahead = (uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff;
         if (ahead >= 0x8000) return;  // already retired by a later completion
-        atom::fetch_max(s->rq_retired, r + ahead + 1);
+        atom::max_release(s->rq_retired, r + ahead + 1);
     } else {
         if (!s->sq_retired) return;
-        unsigned long long r = atom::load_acquire(s->sq_retired);
-        uint32_t ahead = (uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff;
-        if (ahead >= 0x8000) return;  // already retired by a later completion
-        unsigned long long pos = r + ahead;
-        // The WQE was unretired when r was read, so its slot held its ctrl segment; but
-        // another poller may retire past it (and a poster reuse the slot) meanwhile, so
-        // after reading ds, check the retirement point is still at or before it. If it
-        // moved past, that retirement covered this WQE (retirement points are WQE ends).
-        uint64_t ring = 64ull << s->sq_log_bb;
-        auto* ctrl = reinterpret_cast<const uint32_t*>(s->sq + ((pos * 64) & (ring - 1)));
-        // The ctrl segment's second word (QP number, ds), with acquire: the re-check below
-        // cannot be performed before it (a fence after a plain load cost as much again).
+        // The WQE's ctrl segment is at the counter's position in the ring: positions agree
+        // with the 16-bit counter modulo 2^16, and the ring's size (at most 2^15 WQEBBs, a power
+        // of two) divides that. So it is read first, without waiting for the retirement point,
+        // and the retirement point after it (acquire: in that order). If that point is still at
+        // or before the WQE, it was there when ds was read too (it only moves forward), so the
+        // slot still held this WQE, not a poster's next one. If it moved past (another poller
+        // retired a later completion, and a poster may have reused the slot), that retirement
+        // covered this WQE and ds is not used. Before (2026-12-04) the point was read first and
+        // again after ds: one dependent load more on every poll (`gv_probe_path`).
+        const uint64_t ring = 64ull << s->sq_log_bb;
+        auto* ctrl = reinterpret_cast<const uint32_t*>(s->sq + ((uint64_t(c.wqe_counter) * 64) & (ring - 1)));
+        // The ctrl segment's second word (QP number, ds), with acquire: the retirement point's
+        // load below cannot be performed before it.
         const uint32_t ds = mlx5::from_be32(atom::load_acquire(&ctrl[1])) & 0x3f;
-        if (atom::load_acquire(s->sq_retired) > pos) return;
-        atom::fetch_max(s->sq_retired, pos + (ds ? mlx5::ds_to_bbs(ds) : 1));
+        const unsigned long long r = atom::load_acquire(s->sq_retired);
+        const uint32_t ahead = (uint32_t(c.wqe_counter) - uint32_t(r)) & 0xffff;
+        if (ahead >= 0x8000) return;  // already retired by a later completion
+        atom::max_release(s->sq_retired, r + ahead + (ds ? mlx5::ds_to_bbs(ds) : 1));
     }
 }
 
@@ -73,7 +78,8 @@ GV_HOST_DEVICE void cq_retire(const CqHandle& cq, const Completion& c) { cq_reti
 /// several pollers race (24-bit field, compared modulo 2^24). The poller that claimed entries
 /// [from, ci) calls it: in order, the record holds `from`, so one CAS from there, without a
 /// load. Pollers decode what they claim before the claim, so the record may pass entries
-/// another poller claimed and has not yet published.
+/// another poller claimed and has not yet published. Not called where the CQ has no record
+/// (the software device reads `ci`).
 GV_HOST_DEVICE void cq_update_dbrec(const CqHandle& cq, unsigned long long from, unsigned long long ci) {
     mlx5::advance_dbrec_from(&cq.dbrec[mlx5::kCqSetCi], uint32_t(from), uint32_t(ci), 24, cq.sys != 0);
 }
@@ -139,7 +145,7 @@ GV_UNROLL
         // since have reused the slots), so what we decoded is discarded.
         if (!atom::cas(cq.ci, c, c + k, sys)) continue;
         GV_EXEC_STAMP(detail::kStampPollClaimed);
-        cq_update_dbrec(cq, c, c + k);
+        if (cq.dbrec) cq_update_dbrec(cq, c, c + k);
         GV_EXEC_STAMP(detail::kStampPollDbrec);
         for (uint32_t i = 0; i < k; ++i) {
             const Completion& x = out[n + i];

@@ -55,6 +55,9 @@ struct CqQpSlot {
 /// Trivially copyable CQ handle. Keep the CompletionQueue alive while a kernel uses it.
 struct CqHandle {
     mlx5_cqe64* cqes;
+    /// The doorbell record, where pollers publish the consumer index for a producer that reads
+    /// it there (a NIC, the verbs proxy). Null on the software device, whose executor reads
+    /// `ci` itself: pollers then skip the record (a CAS per poll).
     uint32_t* dbrec;
     unsigned long long* ci;  ///< consumer index shared by every poller
     CqQpSlot* slots;

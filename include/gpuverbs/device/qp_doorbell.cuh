@@ -35,6 +35,11 @@ GV_HOST_DEVICE void sq_dbrec_to_published(const QpHandle& qp) {
 /// QP's published WQEs (cooperatively, in order) unless another group is already doing so,
 /// so call commit with the widest scope you have; on mlx5 the NIC's doorbell is rung; on
 /// verbs the proxy thread picks the work up.
+/// What commit guarantees is that published WQEs execute; on the software device they may
+/// execute sooner: its executor reads how far the ring is published, so any drain of the QP
+/// (another group's commit, a waiter's drive, the move to RTS or ERROR) takes them too. On
+/// mlx5 and verbs only a moved doorbell record does, and any commit moves it over everything
+/// published. Do not post a WQE before its source data is ready, on any backend.
 /// Returns QpNotReady before RTS and QpError in ERROR (software device: work then completes
 /// flushed), InvalidArgument for a default-constructed handle or, from a CPU thread, a QP
 /// whose queues are GPU memory.
@@ -51,7 +56,11 @@ GV_HOST_DEVICE Status commit(const QpHandle& qp) {
     // Every WQE the group published before the call is included.
     g.sync();
     const bool lead = g.leader();
-    if (lead) sq_dbrec_to_published(qp);
+    // The software device's executor reads how far the ring is published (sq_ready) where a NIC
+    // reads the record, so its committers ring at once (detail::commit_moves_record). The ring's
+    // RMW (acquire-release) comes after the group barrier, and so after the release of sq_ready
+    // by whichever member published: whoever drains acquires both.
+    if (lead && detail::commit_moves_record(qp)) sq_dbrec_to_published(qp);
     return detail::ring_send<S>(qp, g, lead);
 }
 

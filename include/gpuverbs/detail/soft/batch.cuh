@@ -10,6 +10,22 @@
 
 namespace gv::detail::soft {
 
+/// Where a drain learns how far the send ring is published (progress() reads the pointers
+/// and the scope before it takes the lock, so that the acquire below does not wait for them).
+struct Published {
+    const unsigned long long* ready;  ///< QpContext::sq_ready, or null: read `dbrec`
+    const uint32_t* dbrec;            ///< the send doorbell record (a stand-in NIC's rings)
+    bool sys;                         ///< system scope (QpContext::sys)
+
+    GV_HOST_DEVICE static Published of(const QpContext* q) { return {q->sq_ready, q->dbrec, q->sys != 0}; }
+    /// The published WQEBB count's low 16 bits, as the record holds it (acquire: the WQE bytes
+    /// published up to there are visible after it). Posters release sq_ready when they publish
+    /// (dev::publish_in_order); committers of the software device ring without moving the record.
+    GV_HOST_DEVICE uint32_t read() const {
+        return ready ? uint32_t(atom::load_acquire(ready, sys)) & 0xffff : mlx5::read_sq_dbrec(dbrec, sys);
+    }
+};
+
 /// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's
 /// state and configuration, the peer's). Work published later is rung for, and progress()
 /// drains again for it (exec.cuh).
@@ -17,8 +33,8 @@ namespace gv::detail::soft {
 /// Each dependent step here is a device-memory latency (0.15 to 0.3 us on the H200) that every
 /// drain waits for, a lone WQE's included, so the loads go in two rounds, each issued whole
 /// before anything waits for its values:
-///   1. the configuration, sq_ci and the record (acquire; its address and scope read before the
-///      lock by progress()), and guesses for round 2: the peer pointer, the QP's state, and the
+///   1. the configuration, sq_ci and how far the ring is published (acquire; its address and
+///      scope read before the lock by progress(): Published), and guesses for round 2: the peer pointer, the QP's state, and the
 ///      keys of the regions the last drain used (QpContext::hint_lkey / hint_rkey);
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
 ///      the QP's state and peer again (the values that count), the guessed peer's fields, the
@@ -38,8 +54,7 @@ namespace gv::detail::soft {
 /// and removed: nothing orders a prefetch after the record's acquire (it is a hint, outside the
 /// memory model, which the compiler may move above the branch on the acquired value), so it
 /// could fill L1 with WQE bytes older than the record, and the drain would read them.
-GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* dbrec, bool qsys,
-                               FastWqe* first = nullptr) {
+GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const Published& pub, FastWqe* first = nullptr) {
     lc.batches = 1;
     lc.ci = q->sq_ci;
     lc.scope = state_scope(q);
@@ -59,12 +74,12 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const uint32_t* db
     QpContext* const r_guess = q->remote;
     const QpState s_guess = load_state_relaxed(q);
     const uint32_t hl = q->hint_lkey, hr = q->hint_rkey;
-    // Acquire: the WQE bytes published up to the record are visible from here on, and so is
-    // the state of the QP that the committer saw when it published. A group that staged the
-    // WQEs has read it already, the same way.
-    // Its scope (qsys: QpContext::sys) was read before the lock, as its address: with the scope
-    // loaded here, the acquire would wait for that load, a round of its own.
-    const uint32_t pi = lc.stage_n ? lc.staged_pi : mlx5::read_sq_dbrec(dbrec, qsys);
+    // Acquire: the WQE bytes published up to there are visible from here on, and so is the
+    // state of the QP that the publisher saw when it published. A group that staged the WQEs
+    // has read it already, the same way.
+    // Its address and scope (QpContext::sys) were read before the lock: with them loaded here,
+    // the acquire would wait for those loads, a round of its own.
+    const uint32_t pi = lc.stage_n ? lc.staged_pi : pub.read();
     // The record holds the producer index's low 16 bits; rings are at most 2^15 WQEBBs, so
     // the difference modulo 2^16 is the published count.
     lc.pending = (pi - uint32_t(lc.ci)) & 0xffff;

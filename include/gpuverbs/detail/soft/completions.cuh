@@ -21,6 +21,7 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     const uint32_t log_cnt = cq->log_cnt;
     const uint32_t xgpu = atom::load_relaxed(&cq->xgpu);
     const bool sys = cq->sys != 0;
+    const unsigned long long* const ci_ctr = cq->ci;
     uint32_t* const ci_word = &cq->dbrec[mlx5::kCqSetCi];
     mlx5_cqe64* const cqes = cq->cqes;
     uint32_t* const overrun = cq->overrun;
@@ -33,16 +34,21 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     // says, so they cannot precede it); an acquire-release RMW cost the H200 about 0.25 us
     // more per CQE, with the consumer index's load waiting behind it.
     const unsigned long long slot = rmw_add_relaxed(&cq->prod, 1ull, xgpu ? kScopePeer : kScopeGpu);
-    // The consumer publishes how far it has read in the doorbell record (24 bits); the
-    // slot is free when fewer than cnt entries are unread. Differences are taken modulo
-    // 2^24, exact while cnt <= 2^23. Acquire: the consumer's reads of the slot's last CQE
-    // come before the stores below.
-    uint32_t ci = mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
+    // How far the consumers have read: the pollers' consumer index (ci_ctr, advanced by the
+    // claim that follows their reads of the entries), or, where the CQ has none here, the
+    // doorbell record (24 bits; a stand-in NIC's CQ). The slot is free when fewer than cnt
+    // entries are unread. Differences are taken modulo 2^24, exact while cnt <= 2^23. Acquire:
+    // the consumer's reads of the slot's last CQE come before the stores below.
+    auto read_ci = [&] {
+        return ci_ctr ? uint32_t(atom::load_acquire(ci_ctr, sys)) & 0xffffff
+                      : mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
+    };
+    uint32_t ci = read_ci();
     if (((uint32_t(slot) - ci) & 0xffffff) >= cnt) {
         // The index may have been read before the slot was taken (nothing orders the two):
         // read it again, after both, before calling the ring full.
         atom::fence_seq_cst(sys);
-        ci = mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
+        ci = read_ci();
         if (((uint32_t(slot) - ci) & 0xffffff) >= cnt) {
             atom::store_release(overrun, 1u, sys);
             return false;

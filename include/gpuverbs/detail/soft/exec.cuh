@@ -251,8 +251,8 @@ GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
 /// group holds the QP's lock. Small WQEs run in the leader alone; a large one is handed to
-/// the whole group through group_plan(). dbrec, qsys: the QP's doorbell record and its scope
-/// (progress() read them before it took the lock).
+/// the whole group through group_plan(). pub: where the ring's published count is (progress()
+/// read it before it took the lock).
 ///
 /// A large WQE costs the group its copy and, between two copies, the leader's work: the fence
 /// and completion of the one, the planning of the next (reading and checking the WQE, its
@@ -265,7 +265,7 @@ GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
 /// k changed nothing it was planned on (a lost completion moves the QP to ERROR, and k+1 then
 /// flushes: prepare() plans it again), and is handed out after k's completion.
 template <typename G>
-GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, bool qsys) {
+GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
     LeaderCache lc;  // meaningful in the leader only
 #if GV_DEVICE_CODE
     if constexpr (StageBbs<G>::value > 0) stage_wqes(q, g, lc);
@@ -293,7 +293,7 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
                 while (!ahead) {
                     const FastWqe* loaded = nullptr;  // the WQE at lc.ci, when load_batch read it
                     if (!lc.batches) {
-                        load_batch(q, lc, dbrec, qsys, kFirst ? &first : nullptr);
+                        load_batch(q, lc, pub, kFirst ? &first : nullptr);
                         if (kFirst) loaded = &first;
                     }
                     if (try_fast && next_published(lc)) fast_run(q, lc, loaded);
@@ -442,9 +442,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const uint32_t* dbrec, b
 template <typename G>
 GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     GV_EXEC_STAMP(kStampEnter);
-    // The doorbell record's address and scope, read before the RMW: their latency hides behind it.
-    const uint32_t* const dbrec = q->dbrec;
-    const bool qsys = q->sys != 0;
+    // Where the ring's published count is, and its scope, read before the RMW: their latency
+    // hides behind it.
+    const Published pub = Published::of(q);
     uint32_t sc = kScopeGpu;
     uint32_t got = 0;
     if (g.leader()) {
@@ -454,7 +454,7 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     if (!g.bcast(got)) return;  // the holder will run what we published
     GV_EXEC_STAMP(kStampLocked);
     for (;;) {
-        const uint32_t why = drain(q, g, dbrec, qsys);
+        const uint32_t why = drain(q, g, pub);
         GV_EXEC_STAMP(kStampDrained);
         uint32_t again = 0;
         if (g.leader()) {
@@ -482,7 +482,7 @@ GV_HOST_DEVICE bool needs_progress(const QpContext* q) {
     const bool sys = state_scope(q) != kScopeGpu;  // written by executors of either GPU
     if (atom::load_acquire(&q->rnr_waiting, sys)) return true;
     if (load_state(q, sys) != QpState::Error) return false;
-    uint32_t pi = mlx5::read_sq_dbrec(q->dbrec, q->sys != 0);
+    const uint32_t pi = Published::of(q).read();
     return ((pi - uint32_t(atom::load_acquire(&q->sq_ci, sys))) & 0xffff) != 0 ||
            rq_pending(q, atom::load_acquire(&q->rq_ci, sys)) != 0;
 }

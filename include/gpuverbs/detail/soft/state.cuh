@@ -123,6 +123,11 @@ struct CqState {
     /// never cleared while the CQ lives).
     uint32_t xgpu;
     uint32_t* overrun;  ///< flag beside the ring, set once a completion found it full
+    /// The pollers' consumer index (dev::CqHandle::ci, executor pointer): how far the ring is
+    /// read, which the executor checks for room where a NIC would read the doorbell record, so
+    /// that pollers of the software device do not move the record (one CAS less per poll).
+    /// Null: the record (tests/mlx5's stand-in NIC, whose pollers move it).
+    const unsigned long long* ci;
     unsigned long long prod;  ///< completions produced (slot reservation)
 };
 
@@ -188,6 +193,12 @@ struct QpContext {
     uint8_t* sq;
     uint8_t* rq;
     uint32_t* dbrec;
+    /// How far the posters published the send ring (QpCounters::sq_ready, executor pointer):
+    /// the executor reads it where a NIC would read the send doorbell record, so that a
+    /// committer on the software device rings without moving the record first (one CAS less
+    /// on every commit's path). Null: the executor reads the record (tests/mlx5's stand-in NIC,
+    /// which executes an mlx5 backend's rings, whose committers move the record).
+    const unsigned long long* sq_ready;
     CqState* scq;
     CqState* rcq;
     QpContext* remote;    ///< the connected peer (set on RTR)
