@@ -140,6 +140,11 @@ public:
         st.sq = ring_.sq;
         st.rq = ring_.rq;
         st.dbrec = ring_.dbrec;
+        // What the executor may run: the WQEBBs the doorbells announced (the watcher adds each
+        // doorbell's advance, run()), as a ConnectX runs up to its doorbell's index.
+        rung_ = dev_->alloc(sizeof(unsigned long long), dev_->on_gpu());
+        dev_->write_val(rung_, 0, 0ull);
+        st.sq_ready = rung_.at<unsigned long long>(0);
         st.scq = scq->state();
         st.rcq = rcq->state();
         st.local_mrs = dev_->mr_table();
@@ -151,6 +156,7 @@ public:
     ~StandinQp() override {
         stop();
         dev_->release(ctx_);
+        dev_->release(rung_);
         be::free_block(uar_mem_);
         be::free_block(dbrec_mem_);
         be::free_block(wq_);
@@ -216,6 +222,12 @@ public:
         std::memset(uar_mem_.p, 0, 8);
         last_raw = 0;
         last_pi = 0;
+        announce(0);
+    }
+    /// Sets what the executor may run to `n` WQEBBs (the watcher, on a doorbell; reset).
+    void announce(unsigned long long n) {
+        rung = n;
+        dev_->write_val(rung_, 0, n);
     }
     QpState state() const override {
         return QpState(dev_->read_val<uint32_t>(ctx_, offsetof(soft::QpContext, state)));
@@ -241,6 +253,7 @@ public:
 
     uint64_t last_raw = 0;  // the watcher's view
     uint32_t last_pi = 0;
+    unsigned long long rung = 0;  // WQEBBs the doorbells announced (the executor's sq_ready)
     uint64_t last_drive_ns = 0;
     /// Set once the backend moved the QP to INIT: by then it has registered the QP's host
     /// memory (rings, the doorbell record a CPU proxy writes) for kernels. Before that the
@@ -262,7 +275,7 @@ private:
     StandinNic::Impl& nic_;
     std::shared_ptr<SoftDevice> dev_;
     be::Block wq_, dbrec_mem_, uar_mem_;
-    Mem ctx_;
+    Mem ctx_, rung_;
     bool stopped_ = false;
     be::QpRing ring_;
 };
@@ -305,6 +318,10 @@ void StandinNic::Impl::run() {
                     if (((d.dbrec - d.pi) & 0xffff) >= 0x8000)
                         log->problems.push_back("doorbell index " + std::to_string(d.pi) +
                                                 " is beyond the doorbell record " + std::to_string(d.dbrec));
+                    // A doorbell carries the index's low 16 bits; rings hold at most 2^15 WQEBBs.
+                    // One that went backwards (a problem, logged above) announces nothing.
+                    const uint32_t advance = (d.pi - qp->last_pi) & 0xffff;
+                    if (advance < 0x8000) qp->announce(qp->rung + advance);
                     qp->last_pi = d.pi;
                     ++log->executions;
                 }

@@ -15,7 +15,7 @@ namespace gv::detail {
 enum ExecStamp : int {
     kStampEnter,        ///< progress() entered
     kStampLocked,       ///< the ring's atomic add on the lock word done (the QP is held)
-    kStampPublished,    ///< next_published: the doorbell record, QP state and configuration read
+    kStampPublished,    ///< next_published: the published count, QP state and configuration read
     kStampChecked,      ///< the WQE read and its header and body checked
     kStampLocal,        ///< the local side's memory regions resolved
     kStampRemote,       ///< the peer's memory region resolved, copies planned

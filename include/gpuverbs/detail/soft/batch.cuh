@@ -10,20 +10,18 @@
 
 namespace gv::detail::soft {
 
-/// Where a drain learns how far the send ring is published (progress() reads the pointers
-/// and the scope before it takes the lock, so that the acquire below does not wait for them).
+/// Where a drain learns how far the send ring is published: QpContext::sq_ready and the QP's
+/// scope (progress() reads them before it takes the lock, so that the acquire below does not
+/// wait for those loads).
 struct Published {
-    const unsigned long long* ready;  ///< QpContext::sq_ready, or null: read `dbrec`
-    const uint32_t* dbrec;            ///< the send doorbell record (a stand-in NIC's rings)
-    bool sys;                         ///< system scope (QpContext::sys)
+    const unsigned long long* at;  ///< QpContext::sq_ready
+    bool sys;                      ///< system scope (QpContext::sys)
 
-    GV_HOST_DEVICE static Published of(const QpContext* q) { return {q->sq_ready, q->dbrec, q->sys != 0}; }
-    /// The published WQEBB count's low 16 bits, as the record holds it (acquire: the WQE bytes
-    /// published up to there are visible after it). Posters release sq_ready when they publish
-    /// (dev::publish_in_order); committers of the software device ring without moving the record.
-    GV_HOST_DEVICE uint32_t read() const {
-        return ready ? uint32_t(atom::load_acquire(ready, sys)) & 0xffff : mlx5::read_sq_dbrec(dbrec, sys);
-    }
+    GV_HOST_DEVICE static Published of(const QpContext* q, bool sys) { return {q->sq_ready, sys}; }
+    GV_HOST_DEVICE static Published of(const QpContext* q) { return of(q, q->sys != 0); }
+    /// The published WQEBB count's low 16 bits, as a doorbell record holds it (acquire: the WQE
+    /// bytes published up to there are visible after it).
+    GV_HOST_DEVICE uint32_t read() const { return uint32_t(atom::load_acquire(at, sys)) & 0xffff; }
 };
 
 /// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's

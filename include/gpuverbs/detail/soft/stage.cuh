@@ -37,7 +37,7 @@ __device__ void stage_wqes(QpContext* q, const G& g, LeaderCache& lc) {
     if (g.leader() && q->sys) {  // sys: the queues are host memory
         const unsigned long long ci = q->sq_ci;
         // Acquire, as next_published would (which then takes this value instead).
-        const uint32_t pi = Published{q->sq_ready, q->dbrec, true}.read();
+        const uint32_t pi = Published::of(q, true).read();
         const uint32_t pending = (pi - uint32_t(ci)) & 0xffff;
         n = pending < kMax ? pending : kMax;
         g.hdr->ci = ci;

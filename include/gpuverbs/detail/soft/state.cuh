@@ -193,11 +193,11 @@ struct QpContext {
     uint8_t* sq;
     uint8_t* rq;
     uint32_t* dbrec;
-    /// How far the posters published the send ring (QpCounters::sq_ready, executor pointer):
-    /// the executor reads it where a NIC would read the send doorbell record, so that a
-    /// committer on the software device rings without moving the record first (one CAS less
-    /// on every commit's path). Null: the executor reads the record (tests/mlx5's stand-in NIC,
-    /// which executes an mlx5 backend's rings, whose committers move the record).
+    /// How far the send ring may be executed, in WQEBBs (a 64-bit count; executor pointer). On
+    /// the software device: the posters' QpCounters::sq_ready, which the executor reads where a
+    /// NIC reads the send doorbell record, so that committers ring without moving the record (a
+    /// load and a CAS less on every commit's path). tests/mlx5's stand-in NIC, which runs the
+    /// executor on an mlx5 backend's rings, points it at a count of what its doorbells announced.
     const unsigned long long* sq_ready;
     CqState* scq;
     CqState* rcq;
