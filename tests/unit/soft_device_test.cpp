@@ -2,6 +2,10 @@
 // QPs with a thread each, many threads on one QP, one CQ shared by four queues, late
 // retirement by concurrent pollers. (The data-path semantics, WRITE to errors, are the
 // traffic suite's: tests/traffic/, run against every backend instance.)
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "soft_device_util.hpp"
 
 using namespace gv;
@@ -333,6 +337,41 @@ TEST(SoftDevice, LateRetireOfOlderCompletionIsHarmless) {
     ASSERT_EQ(dev::commit(a), Status::Ok);
     wait_ok(a, 1, c);
     EXPECT_EQ(c[0].wqe_counter, 8u);
+}
+
+// A full send ring: a poster with a timeout takes nothing and times out; one without (the
+// default) takes its positions at once and waits for room in place (ring_reserve's fetch-add),
+// the weak form then sees nothing free, and polling lets it go on, its WQE where it reserved it.
+TEST(SoftDevice, FullRingPosterWithoutTimeoutWaitsInPlace) {
+    QpOptions o;
+    o.sq_depth = 8;
+    Pair p(cpu_ctx(), o);
+    auto a = p.h(0);
+    const uint32_t ring = 1u << a.q.sq_log_bb;
+    auto reserved = [&] { return __atomic_load_n(&a.q.ctr->sq_reserved, __ATOMIC_ACQUIRE); };
+    for (uint32_t i = 0; i < ring; ++i) ASSERT_EQ(dev::nop(a), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    EXPECT_EQ(dev::nop(a, kSignaled, 2000000), Status::Timeout);  // 2 ms
+    EXPECT_EQ(reserved(), ring);
+    std::atomic<int> posted{0};
+    std::thread t([&] {
+        EXPECT_EQ(dev::nop(a), Status::Ok);
+        posted.store(1);
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (reserved() != ring + 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(reserved(), ring + 1) << "the poster without a timeout did not take its place";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(posted.load(), 0) << "a poster went on with no room in the ring";
+    EXPECT_EQ(dev::get_position(a).free, 0u);
+    std::vector<Completion> c(ring);
+    wait_ok(a, ring, c.data());
+    t.join();
+    EXPECT_EQ(posted.load(), 1);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    wait_ok(a, 1, c.data());
+    EXPECT_EQ(c[0].wqe_counter, uint16_t(ring));
+    EXPECT_EQ(dev::get_position(a).free, ring);
 }
 
 // poll_cq takes the ready entries at the consumer index together (up to dev::kPollBatch, never

@@ -33,7 +33,10 @@ GV_HOST_DEVICE SqPosition get_position(const QpHandle& qp) {
     unsigned long long r = atom::load_acquire(&qp.q.ctr->sq_reserved, qp.q.sys != 0);
     unsigned long long ret = atom::load_acquire(&qp.q.ctr->sq_retired, qp.q.sys != 0);
     uint32_t ring = 1u << qp.q.sq_log_bb;
-    return SqPosition{r, ring - 1, uint32_t(ring - (r - ret))};
+    // A strong-form poster without a timeout holds its positions while it waits for room
+    // (ring_reserve), so reserved may lead retired by more than the ring: then nothing is free.
+    const unsigned long long used = r - ret;
+    return SqPosition{r, ring - 1, used >= ring ? 0u : uint32_t(ring - used)};
 }
 
 /// Weak-form builders: one single-WQEBB WQE at a caller-chosen position (thread scope,
