@@ -33,7 +33,8 @@ struct Published {
 /// before anything waits for its values:
 ///   1. the configuration, sq_ci and how far the ring is published (acquire; its address and
 ///      scope read before the lock by progress(): Published), and guesses for round 2: the
-///      peer pointer, the QP's state, and the keys of the regions the last drain used (QpContext::hint_lkey / hint_rkey);
+///      peer pointer, the QP's state, and the keys of the regions the last drain used
+///      (QpContext::hint_lkey / hint_rkey);
 ///   2. after the acquire (what the committer published, and the QP state it saw, are visible):
 ///      the QP's state and peer again (the values that count), the guessed peer's fields, the
 ///      guessed keys' region entries and, with `first` (thread groups), the first WQE's units.
