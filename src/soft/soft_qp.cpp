@@ -78,8 +78,8 @@ public:
         dev::QpHandle h{};
         h.q.sq = q_.at(0);
         h.q.rq = q_.at(sq_bytes_);
-        h.q.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
-        h.q.ctr = q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64);
+        h.q.dbrec = dbrec();
+        h.q.ctr = counters();
         h.q.qpn = qpn_;
         h.q.sq_log_bb = log2u(sq_bbs_);
         h.q.rq_log_cnt = log2u(rq_cnt_);
@@ -217,6 +217,11 @@ public:
     }
 
 private:
+    // The queue memory's layout (to_init allocates it): send ring, receive ring, doorbell
+    // record (64 bytes), the posting counters.
+    uint32_t* dbrec() const { return q_.at<uint32_t>(sq_bytes_ + rq_bytes_); }
+    dev::QpCounters* counters() const { return q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64); }
+
     /// What plan_peer needs to know about the peer `loc` (CUDA is asked only when both devices
     /// are on GPUs with different identities).
     soft::PeerFacts gather(const soft::Locator& loc, bool same_process) const {
@@ -368,8 +373,8 @@ private:
         st.sys = device_ ? 0 : 1;
         st.sq = q_.at(0);
         st.rq = q_.at(sq_bytes_);
-        st.dbrec = q_.at<uint32_t>(sq_bytes_ + rq_bytes_);
-        st.sq_ready = &q_.at<dev::QpCounters>(sq_bytes_ + rq_bytes_ + 64)->sq_ready;
+        st.dbrec = dbrec();
+        st.sq_ready = &counters()->sq_ready;
         st.scq = scq_->state();
         st.rcq = rcq_->state();
         st.local_mrs = dev_->mr_table();
