@@ -162,12 +162,12 @@ int run_loopback(Opts& o) {
             if (xgpu) {
                 // The responder on the peer's GPU, the initiator on ours: each polls its own memory.
                 CUDA_CHECK(cudaSetDevice(o.peer_gpu));
-                lat_kernel<1><<<1, 32>>>(b, b, size, o.iters, nullptr, p_fail->get());
+                lat_kernel<1><<<1, 32>>>(b, b, size, o.iters, nullptr, p_fail->get(), commit_flag(o));
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaSetDevice(o.gpu));
-                lat_kernel<0><<<1, 32>>>(a, a, size, o.iters, d_st.get(), d_fail.get());
+                lat_kernel<0><<<1, 32>>>(a, a, size, o.iters, d_st.get(), d_fail.get(), commit_flag(o));
             } else {
-                lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get());
+                lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get(), commit_flag(o));
             }
             CUDA_CHECK(cudaGetLastError());
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -325,6 +325,7 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("--gpu")) o.gpu = int(num(0, 1023));
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;
+        else if (args.is("--separate-commit")) o.separate_commit = true;
         else if (!args.is_option()) client_of(args.arg());
         else args.unknown();
     }

@@ -107,9 +107,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
 // block 0 of two initiates with job a (QP 0), block 1 answers with job b (QP 1). kSide 0 / 1
 // (two-process): the one block is the initiator / the responder, with job a (QP 0). A failure
 // is recorded in *fail and ends the block (the peer's next wait then times out).
+// commit_flag: kCommit, each WRITE posted and committed in one call (on the software device it
+// executes in the posting thread: detail/soft/direct.cuh); 0, in two calls (write, then commit).
 template <int kSide>
 __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned long long* stamps,
-                           Failure* fail) {
+                           Failure* fail, uint32_t commit_flag = kCommit) {
     const bool initiator = kSide < 0 ? blockIdx.x == 0 : kSide == 0;
     const bool responder = kSide < 0 ? blockIdx.x == 1 : kSide == 1;
     const Job& me = kSide < 0 ? (blockIdx.x == 0 ? a : b) : a;
@@ -130,8 +132,8 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
         }
         out[size / 8 - 1] = i;
         const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey,
-                                     (i % 64) == 0 ? kSignaled : 0);
-        const Status cs = dev::commit(me.qp);
+                                     ((i % 64) == 0 ? kSignaled : 0) | commit_flag);
+        const Status cs = commit_flag ? Status::Ok : dev::commit(me.qp);
         if (ws != Status::Ok || cs != Status::Ok) {
             record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, q, me.qp.q.qpn, i - 1,
                            ws != Status::Ok ? ws : cs);

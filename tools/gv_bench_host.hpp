@@ -38,7 +38,11 @@ struct Opts {
     int gpu = 0;          // --gpu: this process's GPU (its context, its buffers, its kernels)
     int peer_gpu = -1;    // --peer-gpu: the responder's GPU (loopback), the server's (client); -1: ours
     bool no_mps = false;  // --no-mps: do not start the MPS daemon (one process per GPU)
+    bool separate_commit = false;  // --separate-commit: latency's WRITEs posted and committed in two calls
 };
+
+/// The latency kernels' commit flag: kCommit (post and commit in one call), or 0 (two calls).
+uint32_t commit_flag(const Opts& o) { return o.separate_commit ? 0u : uint32_t(kCommit); }
 
 std::string usage(const std::string& me) {
     const char* m = me.c_str();
@@ -78,6 +82,9 @@ std::string usage(const std::string& me) {
         "      --proxy-only      the verbs backend: only its proxy threads post and poll (by default\n"
         "                        the initiator threads do it themselves when the proxy is not on the\n"
         "                        QP: VerbsOptions::cpu_posts_inline)\n"
+        "      --separate-commit  latency with GPU initiators: post each WRITE, then commit it, in two\n"
+        "                        calls (default: one call, the kCommit flag; on the software device the\n"
+        "                        posting thread then executes it itself); give it to both processes\n"
         "      --gpu N           this process's GPU (default 0)\n"
         "      --peer-gpu N      the peer's GPU: in loopback the responder QPs, their context and the\n"
         "                        target buffers are on GPU N (peer access over NVLink / PCIe); as a\n"

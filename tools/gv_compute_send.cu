@@ -35,11 +35,15 @@ __global__ void persistent_kernel(dev::QpHandle qp, float* x, uint32_t n, uint32
     for (uint32_t s = 0; s < steps; ++s) {
         compute_step(x, n, s);
         __syncthreads();
+        // A small message: posted and committed by thread 0 in one call (kCommit; the software
+        // device's direct path, in which the posting thread executes it). A larger one: posted by
+        // thread 0, committed by the whole block, whose threads then copy it together.
+        const bool small = n * 4 <= 32;
         if (threadIdx.x == 0) {
-            const Status st = dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled);
-            if (st != Status::Ok) record_failure(fail, Step::Post, 0, qp.q.qpn, s, st);
+            const Status st = dev::write(qp, x, n * 4, lkey, raddr, rkey, kSignaled | (small ? kCommit : 0u));
+            if (st != Status::Ok) record_failure(fail, small ? Step::Commit : Step::Post, 0, qp.q.qpn, s, st);
         }
-        const Status cs = dev::commit<Scope::Block>(qp);
+        const Status cs = small ? Status::Ok : dev::commit<Scope::Block>(qp);
         if (threadIdx.x == 0) {
             if (cs != Status::Ok) record_failure(fail, Step::Commit, 0, qp.q.qpn, s, cs);
             Completion c;

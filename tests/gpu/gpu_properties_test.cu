@@ -127,9 +127,12 @@ constexpr uint32_t kWords = 3;  // data words per message
 
 __device__ uint64_t small_value(uint32_t slot, uint32_t w) { return 0x8000000000000000ull | (uint64_t(slot) << 8) | w; }
 
+// mode 0: as above. mode 1: every WRITE posted and committed in one call (kCommit: the software
+// device's direct path, the posting thread executing it; the flag then from a data segment,
+// fsrc). mode 2: half the threads one way and half the other, alternating by round.
 __global__ void small_pairs_kernel(dev::QpHandle q0, dev::QpHandle q1, uint32_t writer_blocks, uint64_t* src,
                                    uint32_t lkey, uint64_t* data, uint64_t* flags, uint32_t rkey, uint32_t rounds,
-                                   unsigned long long* errors) {
+                                   unsigned long long* errors, uint32_t mode = 0, uint64_t* fsrc = nullptr) {
     const uint32_t writers = writer_blocks * blockDim.x;
     if (blockIdx.x < writer_blocks) {
         const dev::QpHandle& qp = blockIdx.x < writer_blocks / 2 ? q0 : q1;
@@ -137,13 +140,21 @@ __global__ void small_pairs_kernel(dev::QpHandle q0, dev::QpHandle q1, uint32_t 
         for (uint32_t r = 0; r < rounds; ++r) {
             const uint32_t slot = r * writers + t;
             for (uint32_t w = 0; w < kWords; ++w) src[size_t(slot) * kWords + w] = small_value(slot, w);
+            const bool one_call = mode == 1 || (mode == 2 && (threadIdx.x + r) % 2 == 1);
+            const uint32_t cf = one_call ? kCommit : 0u;
             Status st = dev::write(qp, &src[size_t(slot) * kWords], 8 * kWords, lkey,
-                                   reinterpret_cast<uint64_t>(&data[size_t(slot) * kWords]), rkey, 0);
+                                   reinterpret_cast<uint64_t>(&data[size_t(slot) * kWords]), rkey, cf);
             const uint64_t f = r + 1;
             const uint32_t fl = threadIdx.x == blockDim.x - 1 ? kSignaled : 0;
-            if (st == Status::Ok)
-                st = dev::write_inline(qp, &f, 8, reinterpret_cast<uint64_t>(&flags[slot]), rkey, fl);
-            if (st == Status::Ok) st = dev::commit(qp);
+            if (one_call) {
+                fsrc[slot] = f;
+                if (st == Status::Ok)
+                    st = dev::write(qp, &fsrc[slot], 8, lkey, reinterpret_cast<uint64_t>(&flags[slot]), rkey, fl | cf);
+            } else {
+                if (st == Status::Ok)
+                    st = dev::write_inline(qp, &f, 8, reinterpret_cast<uint64_t>(&flags[slot]), rkey, fl);
+                if (st == Status::Ok) st = dev::commit(qp);
+            }
             if (st != Status::Ok) atomicAdd(errors, 1ull << 32);
             __syncthreads();
             // One signaled flag per block and round: its completion retires the block's slots.
@@ -165,12 +176,12 @@ __global__ void small_pairs_kernel(dev::QpHandle q0, dev::QpHandle q1, uint32_t 
     }
 }
 
-TEST(GpuProperties, RcOrderingSmallWritesManyThreadsFewQps) {
-    GV_SKIP_WITHOUT_GPU();
+void small_pairs(uint32_t mode) {
     gvtest::Pair p(gvtest::gpu_ctx(), QpOptions{nullptr, nullptr, 2048, 16});
     const uint32_t blocks = 4, threads = 128, rounds = 100, msgs = blocks * threads * rounds;
-    // Data and flags in one region (one rkey): the flags right after the data.
-    DevBuf src(size_t(msgs) * kWords * 8), both(size_t(msgs) * (kWords + 1) * 8), err(8);
+    // Data and flags in one region (one rkey): the flags right after the data. The sources of
+    // the flags (modes 1 and 2) after the data's sources.
+    DevBuf src(size_t(msgs) * (kWords + 1) * 8), both(size_t(msgs) * (kWords + 1) * 8), err(8);
     CUDA_OK(cudaMemset(both.p, 0, both.n));
     CUDA_OK(cudaMemset(err.p, 0, 8));
     CUDA_OK(cudaDeviceSynchronize());
@@ -179,7 +190,8 @@ TEST(GpuProperties, RcOrderingSmallWritesManyThreadsFewQps) {
     uint64_t* bdata = both.get<uint64_t>();
     uint64_t* bflags = bdata + size_t(msgs) * kWords;
     small_pairs_kernel<<<blocks + 1, threads>>>(p.h(0), p.h(1), blocks, src.get<uint64_t>(), ms.lkey(), bdata, bflags,
-                                                mb.rkey(), rounds, err.get<unsigned long long>());
+                                                mb.rkey(), rounds, err.get<unsigned long long>(), mode,
+                                                src.get<uint64_t>() + size_t(msgs) * kWords);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     unsigned long long e = 0;
@@ -194,6 +206,19 @@ TEST(GpuProperties, RcOrderingSmallWritesManyThreadsFewQps) {
         for (uint32_t w = 0; w < kWords; ++w)
             wrong += got[size_t(slot) * kWords + w] != (0x8000000000000000ull | (uint64_t(slot) << 8) | w);
     EXPECT_EQ(wrong, 0u);
+}
+
+TEST(GpuProperties, RcOrderingSmallWritesManyThreadsFewQps) {
+    GV_SKIP_WITHOUT_GPU();
+    small_pairs(0);
+}
+
+// The same with kCommit: every WRITE posted and committed in one call (the direct path, racing
+// for the QP's lock), then half the threads each way, alternating by round.
+TEST(GpuProperties, RcOrderingCommitFlagManyThreadsFewQps) {
+    GV_SKIP_WITHOUT_GPU();
+    small_pairs(1);
+    small_pairs(2);
 }
 
 // ---------------------------------------------------------------------------------------

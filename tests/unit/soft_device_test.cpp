@@ -441,3 +441,83 @@ TEST(SoftDevice, PollTakesReadyRunsTogetherOnceEach) {
         EXPECT_EQ(p.qp[0]->state(), QpState::Error);
     }
 }
+
+// kCommit (post and commit in one call) from many threads on one QP, racing WQEs posted and
+// committed in two calls, through a ring of 64 that a poller thread frees: each thread WRITEs
+// a value into its data word, then the same value into its flag word; a checker reads flag,
+// then data, and must never find the data behind the flag (RC order: a thread's WQEs run in
+// its posting order, whichever way each took: the direct path's, executed in the posting
+// thread, or the ordinary one). Every completion succeeds, in position order; every word ends
+// at its last value.
+TEST(SoftDevice, CommitFlagRacingThreadsKeepOrder) {
+    QpOptions o;
+    o.sq_depth = 64;
+    Pair p(cpu_ctx(), o);
+    auto a = p.h(0);
+    constexpr uint32_t kThreads = 6, kIters = 2000;
+    HostBuf src(p.pd, kIters * 8, kLocalWrite), dst(p.pd, 2 * kThreads * 64, kAllAccess, 0);
+    for (uint32_t i = 0; i < kIters; ++i) std::memcpy(src.at(i * 8), &i, 8);
+    auto word = [&](uint32_t t, bool flag) {
+        return reinterpret_cast<uint64_t*>(dst.at((2 * t + (flag ? 1 : 0)) * 64));
+    };
+    std::atomic<bool> done{false}, stop{false};
+    std::atomic<uint64_t> behind{0}, polled{0}, bad{0};
+    std::thread checker([&] {
+        while (!done.load()) {
+            for (uint32_t t = 0; t < kThreads; ++t) {
+                const uint64_t f = __atomic_load_n(word(t, true), __ATOMIC_ACQUIRE);
+                const uint64_t d = __atomic_load_n(word(t, false), __ATOMIC_ACQUIRE);
+                if (d < f) behind.fetch_add(1);
+            }
+        }
+    });
+    std::thread poller([&] {
+        Completion c[16];
+        int last = -1;
+        while (!stop.load()) {
+            const uint32_t k = dev::poll_cq(a.scq, c, 16);
+            for (uint32_t i = 0; i < k; ++i) {
+                if (!c[i].ok() || (last >= 0 && int16_t(uint16_t(c[i].wqe_counter - last)) <= 0)) bad.fetch_add(1);
+                last = c[i].wqe_counter;
+            }
+            polled.fetch_add(k);
+            if (!k) std::this_thread::yield();
+        }
+    });
+    std::vector<std::thread> ts;
+    std::atomic<uint64_t> failed{0};
+    for (uint32_t t = 0; t < kThreads; ++t) {
+        ts.emplace_back([&, t] {
+            for (uint32_t i = 1; i < kIters; ++i) {
+                const uint32_t sig = (i % 8) == 0 ? kSignaled : 0u;
+                const bool one_call = (i + t) % 3 != 0;
+                for (const bool flag : {false, true}) {
+                    const uint64_t to = reinterpret_cast<uint64_t>(word(t, flag));
+                    Status st = dev::write(a, src.at(i * 8), 8, src.lkey(), to, dst.rkey(),
+                                           (flag ? sig : 0u) | (one_call ? kCommit : 0u));
+                    if (st == Status::Ok && !one_call) st = dev::commit(a);
+                    if (st != Status::Ok) failed.fetch_add(1);
+                }
+            }
+        });
+    }
+    for (auto& t : ts) t.join();
+    ASSERT_EQ(dev::nop(a, kSignaled | kCommit), Status::Ok);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const uint64_t want = kThreads * ((kIters - 1) / 8) + 1;
+    while (polled.load() < want && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    done.store(true);
+    checker.join();
+    stop.store(true);
+    poller.join();
+    EXPECT_EQ(polled.load(), want) << gvtest::qp_debug(a);
+    EXPECT_EQ(failed.load(), 0u);
+    EXPECT_EQ(bad.load(), 0u) << "a failed completion, or one out of position order";
+    EXPECT_EQ(behind.load(), 0u) << "a flag landed before the data written before it";
+    for (uint32_t t = 0; t < kThreads; ++t) {
+        EXPECT_EQ(*word(t, false), kIters - 1) << "thread " << t;
+        EXPECT_EQ(*word(t, true), kIters - 1) << "thread " << t;
+    }
+    EXPECT_EQ(__atomic_load_n(&a.q.ctr->sq_ready, __ATOMIC_ACQUIRE), 2ull * kThreads * (kIters - 1) + 1)
+        << gvtest::qp_debug(a);
+}

@@ -108,6 +108,21 @@ GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 #endif
 }
 
+/// fetch_add with acquire ordering only: the accesses after it wait for it, the ones before it
+/// do not (a relaxed RMW or load issued just before stays in flight beside it, where an
+/// acquire-release RMW first waits for them). `sys`: a system-scope RMW of its own, for GPU
+/// memory that another GPU's threads update too (kScopePeer); not for host memory (sys_rmw).
+template <typename T>
+GV_HOST_DEVICE T fetch_add_acquire(T* p, T v, bool sys = false) {
+#if GV_DEVICE_CODE
+    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
+    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
+#else
+    (void)sys;
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQUIRE);
+#endif
+}
+
 template <typename T>
 GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE

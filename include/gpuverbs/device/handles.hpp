@@ -19,6 +19,11 @@ enum : uint32_t {
     kSignaled = 1u << 0,  ///< produce a completion on success (errors always complete)
     kFence = 1u << 1,     ///< wait for earlier READs / atomics before executing
     kSolicited = 1u << 2,
+    /// Commit in the same call (post, then commit<S> for the same scope; every member of a
+    /// collective post gives it, or none). Not part of the WQE. On the software device a lone
+    /// thread's small WRITE or READ so posted executes in the calling thread while it holds the
+    /// QP, the reservation, the QP's lock and the WQE's lookups overlapping (detail/soft/direct.cuh).
+    kCommit = 1u << 3,
 };
 
 /// Which threads call a collective operation (commit, wait): one thread, the calling

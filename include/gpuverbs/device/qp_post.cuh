@@ -2,10 +2,53 @@
 // that write one WQE at a reserved position. Part of gpuverbs/device/queue_pair_device.cuh.
 #pragma once
 
+#include "gpuverbs/detail/soft/direct.cuh"
 #include "gpuverbs/device/qp_wqebb.cuh"
 
 namespace gv {
 namespace dev {
+
+template <Scope S>
+GV_HOST_DEVICE Status commit(const QpHandle& qp);  // qp_doorbell.cuh
+
+/// The kCommit flag's part of a post: commit<S> after it (collective as the post: every member
+/// calls, whatever its own post returned). Returns the post's status when it failed, else
+/// the commit's.
+template <Scope S>
+GV_HOST_DEVICE Status commit_if(const QpHandle& qp, Status posted, uint32_t flags) {
+    if (!(flags & kCommit)) return posted;
+    const Status cs = commit<S>(qp);
+    return posted != Status::Ok ? posted : cs;
+}
+
+/// The one-WQEBB WRITE / READ / SEND of sge1_wqebb, built for the position it is given
+/// (detail::soft::post_direct builds it once it has its position).
+struct Sge1Build {
+    const QpHandle& qp;
+    uint8_t opcode;
+    uint32_t flags;
+    uint32_t imm_be;
+    uint64_t raddr;
+    uint32_t rkey;
+    Sge s;
+    GV_HOST_DEVICE WqeBb operator()(unsigned long long pos) const {
+        return sge1_wqebb(qp, pos, opcode, flags, imm_be, raddr, rkey, s);
+    }
+};
+
+/// True when a thread-scope post with kCommit may take the software device's direct path
+/// (detail/soft/direct.cuh): one data segment of 1 .. kFastBytes bytes, a WRITE or a READ, no
+/// timeout, and an executor this thread may run (a CPU thread on a GPU device rings by launch).
+GV_HOST_DEVICE bool direct_ok(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n, uint32_t flags,
+                              uint64_t timeout_ns) {
+    if (!(flags & kCommit) || qp.backend != Backend::Soft || qp.soft.ctx == nullptr || qp.q.ctr == nullptr) return false;
+#if !GV_DEVICE_CODE
+    if (qp.soft.host_doorbell || !qp.q.host_reachable) return false;
+#endif
+    return n == 1 && n <= qp.q.max_send_sge && timeout_ns == kWaitForever &&
+           (opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_READ) && sg[0].length != 0 &&
+           sg[0].length <= detail::soft::kFastBytes;
+}
 
 // ---- WQE builders (write one WQE at a reserved position) -------------------------------
 
@@ -36,10 +79,18 @@ GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos
 /// position). Scope as in sq_reserve_group: Thread (any threads, any time), Warp (every
 /// lane of the warp calls, one WQE each), Block (every thread of the block calls). Invalid
 /// arguments return InvalidArgument to the caller only; collective calls stay collective.
+/// With kCommit in flags it also commits (commit<S>); on the software device a thread-scope
+/// WRITE or READ of at most 32 bytes then executes in the calling thread when nothing is ahead
+/// of it on the QP (direct_ok, detail/soft/direct.cuh).
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,
                                uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
                                uint64_t timeout_ns = kWaitForever) {
+    if constexpr (S == Scope::Thread) {
+        if (direct_ok(qp, opcode, sg, n, flags, timeout_ns))
+            return detail::soft::post_direct(qp, Sge1Build{qp, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg[0]},
+                                             sg[0].lkey, rkey);
+    }
     const bool valid = n <= qp.q.max_send_sge;
     uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;
     Reservation res;
@@ -51,7 +102,7 @@ GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg
         store_wqebb(qp, res, sge1_wqebb(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg[0]), mine);
     else if (mine) build_sge_wqe(qp, res.pos, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg, n);
     sq_publish_group<S>(qp, res);
-    return valid ? st : Status::InvalidArgument;
+    return commit_if<S>(qp, valid ? st : Status::InvalidArgument, flags);
 }
 
 /// RDMA WRITE of [laddr, laddr+len) (lkey) to raddr (rkey) on the peer.
@@ -108,7 +159,7 @@ GV_HOST_DEVICE Status nop(const QpHandle& qp, uint32_t flags = kSignaled,
     Status st = sq_reserve_group<S>(qp, 1, &res, timeout_ns);
     store_wqebb(qp, res, nop_wqebb(qp, res.pos, flags), st == Status::Ok);
     sq_publish_group<S>(qp, res);
-    return st;
+    return commit_if<S>(qp, st, flags);
 }
 
 /// Writes an inline WRITE / SEND WQE at pos (ds: its size, from inline_wqe_ds).
@@ -145,7 +196,7 @@ GV_HOST_DEVICE Status post_inline(const QpHandle& qp, uint8_t opcode, const void
     Status st = sq_reserve_group<S>(qp, valid ? mlx5::ds_to_bbs(ds) : 0, &res, timeout_ns);
     if (st == Status::Ok && valid) build_inline_wqe(qp, res.pos, opcode, data, len, raddr, rkey, imm, flags, ds);
     sq_publish_group<S>(qp, res);
-    return valid ? st : Status::InvalidArgument;
+    return commit_if<S>(qp, valid ? st : Status::InvalidArgument, flags);
 }
 
 template <Scope S = Scope::Thread>
@@ -181,7 +232,7 @@ GV_HOST_DEVICE Status post_atomic(const QpHandle& qp, uint8_t opcode, void* ladd
     store_wqebb(qp, res, atomic_wqebb(qp, res.pos, opcode, laddr, lkey, raddr, rkey, swap_add, compare, flags),
                 st == Status::Ok);
     sq_publish_group<S>(qp, res);
-    return st;
+    return commit_if<S>(qp, st, flags);
 }
 
 template <Scope S = Scope::Thread>

@@ -412,6 +412,36 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
     }
 }
 
+/// The rest of progress() for a group that holds the QP's lock (sc: its scope, meaningful in
+/// the leader): drains, then gives the QP back, and drains again while rings came meanwhile
+/// (see progress()). ran: the holder has executed everything it knew of already (the direct
+/// path, direct.cuh), so it gives the QP back first, and drains only for rings that came.
+template <typename G>
+GV_HOST_DEVICE void hold(QpContext* q, const G& g, const Published& pub, uint32_t sc, bool ran = false) {
+    for (;;) {
+        const uint32_t why = ran ? uint32_t(kStop) : drain(q, g, pub);
+        ran = false;
+        GV_EXEC_STAMP(kStampDrained);
+        uint32_t again = 0;
+        if (g.leader()) {
+            if (why == kRnrWait) {
+                atom::store_release(&q->lock, 0u, sc != kScopeGpu);
+            } else if (why == kMore) {
+                again = 1;
+            } else {
+                uint32_t expect = 1;
+                if (!rmw_cas(&q->lock, expect, 0u, sc)) {
+                    rmw_exchange(&q->lock, 1u, sc);
+                    again = 1;
+                }
+            }
+            GV_EXEC_STAMP(kStampUnlocked);
+            GV_EXEC_STAMP(kStampRechecked);
+        }
+        if (!g.bcast(again)) return;
+    }
+}
+
 /// Runs a QP's published work if no other group is running it. Called by every thread of
 /// the group after the doorbell record was updated.
 ///
@@ -453,27 +483,7 @@ GV_HOST_DEVICE void progress(QpContext* q, const G& g) {
     }
     if (!g.bcast(got)) return;  // the holder will run what we published
     GV_EXEC_STAMP(kStampLocked);
-    for (;;) {
-        const uint32_t why = drain(q, g, pub);
-        GV_EXEC_STAMP(kStampDrained);
-        uint32_t again = 0;
-        if (g.leader()) {
-            if (why == kRnrWait) {
-                atom::store_release(&q->lock, 0u, sc != kScopeGpu);
-            } else if (why == kMore) {
-                again = 1;
-            } else {
-                uint32_t expect = 1;
-                if (!rmw_cas(&q->lock, expect, 0u, sc)) {
-                    rmw_exchange(&q->lock, 1u, sc);
-                    again = 1;
-                }
-            }
-            GV_EXEC_STAMP(kStampUnlocked);
-            GV_EXEC_STAMP(kStampRechecked);
-        }
-        if (!g.bcast(again)) return;
-    }
+    hold(q, g, pub, sc);
 }
 
 /// True when a waiter on this QP should drive it: it waits for a receive on the peer, or
