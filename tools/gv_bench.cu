@@ -162,12 +162,12 @@ int run_loopback(Opts& o) {
             if (xgpu) {
                 // The responder on the peer's GPU, the initiator on ours: each polls its own memory.
                 CUDA_CHECK(cudaSetDevice(o.peer_gpu));
-                lat_kernel<1><<<1, 32>>>(b, b, size, o.iters, nullptr, p_fail->get(), commit_flag(o));
+                launch_lat<1>(!o.separate_commit, 1, b, b, size, o.iters, nullptr, p_fail->get());
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaSetDevice(o.gpu));
-                lat_kernel<0><<<1, 32>>>(a, a, size, o.iters, d_st.get(), d_fail.get(), commit_flag(o));
+                launch_lat<0>(!o.separate_commit, 1, a, a, size, o.iters, d_st.get(), d_fail.get());
             } else {
-                lat_kernel<-1><<<2, 32>>>(a, b, size, o.iters, d_st.get(), d_fail.get(), commit_flag(o));
+                launch_lat<-1>(!o.separate_commit, 2, a, b, size, o.iters, d_st.get(), d_fail.get());
             }
             CUDA_CHECK(cudaGetLastError());
             CUDA_CHECK(cudaDeviceSynchronize());

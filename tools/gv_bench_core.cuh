@@ -107,11 +107,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
 // block 0 of two initiates with job a (QP 0), block 1 answers with job b (QP 1). kSide 0 / 1
 // (two-process): the one block is the initiator / the responder, with job a (QP 0). A failure
 // is recorded in *fail and ends the block (the peer's next wait then times out).
-// commit_flag: kCommit, each WRITE posted and committed in one call (on the software device it
-// executes in the posting thread: detail/soft/direct.cuh); 0, in two calls (write, then commit).
-template <int kSide>
+// kOneCall: each WRITE posted and committed in one call (kCommit; on the software device it
+// executes in the posting thread: detail/soft/direct.cuh); else in two calls (write, then commit).
+// A template parameter, so that each form's kernel is what a user's kernel with constant flags
+// compiles to (a run-time flag would put both forms' code in one kernel).
+template <int kSide, bool kOneCall = true>
 __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned long long* stamps,
-                           Failure* fail, uint32_t commit_flag = kCommit) {
+                           Failure* fail) {
+    constexpr uint32_t commit_flag = kOneCall ? uint32_t(kCommit) : 0u;
     const bool initiator = kSide < 0 ? blockIdx.x == 0 : kSide == 0;
     const bool responder = kSide < 0 ? blockIdx.x == 1 : kSide == 1;
     const Job& me = kSide < 0 ? (blockIdx.x == 0 ? a : b) : a;
@@ -133,7 +136,7 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
         out[size / 8 - 1] = i;
         const Status ws = dev::write(me.qp, out, size, me.lkey, uint64_t(me.dst + 4096), me.rkey,
                                      ((i % 64) == 0 ? kSignaled : 0) | commit_flag);
-        const Status cs = commit_flag ? Status::Ok : dev::commit(me.qp);
+        const Status cs = kOneCall ? Status::Ok : dev::commit(me.qp);
         if (ws != Status::Ok || cs != Status::Ok) {
             record_failure(fail, ws != Status::Ok ? Step::Post : Step::Commit, q, me.qp.q.qpn, i - 1,
                            ws != Status::Ok ? ws : cs);
@@ -156,6 +159,14 @@ __global__ void lat_kernel(Job a, Job b, uint32_t size, uint32_t iters, unsigned
             stamps[i - 1] = atom::now_ns() - stamps[i - 1];
         }
     }
+}
+
+// Launches lat_kernel<kSide>, its WRITEs posted and committed in one call or in two (--separate-commit).
+template <int kSide>
+void launch_lat(bool one_call, uint32_t blocks, const Job& a, const Job& b, uint32_t size, uint32_t iters,
+                unsigned long long* stamps, Failure* fail) {
+    if (one_call) lat_kernel<kSide, true><<<blocks, 32>>>(a, b, size, iters, stamps, fail);
+    else lat_kernel<kSide, false><<<blocks, 32>>>(a, b, size, iters, stamps, fail);
 }
 
 // CPU-initiated on a GPU context: gv_bench_cpu.hpp's initiator, yielding every idle turn.

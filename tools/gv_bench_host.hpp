@@ -41,9 +41,6 @@ struct Opts {
     bool separate_commit = false;  // --separate-commit: latency's WRITEs posted and committed in two calls
 };
 
-/// The latency kernels' commit flag: kCommit (post and commit in one call), or 0 (two calls).
-uint32_t commit_flag(const Opts& o) { return o.separate_commit ? 0u : uint32_t(kCommit); }
-
 std::string usage(const std::string& me) {
     const char* m = me.c_str();
     return gvcli::format(

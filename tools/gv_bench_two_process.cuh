@@ -217,7 +217,7 @@ void client_lat(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& targe
         CUDA_CHECK(cudaDeviceSynchronize());
         peer.send(Ctl::Run, size, o.iters);
         peer.expect(Ctl::Ready);  // the server cleared its slot and its side runs
-        lat_kernel<0><<<1, 32>>>(me, me, size, o.iters, s.d_st.get(), s.d_fail.get(), commit_flag(o));
+        launch_lat<0>(!o.separate_commit, 1, me, me, size, o.iters, s.d_st.get(), s.d_fail.get());
         CUDA_CHECK(cudaEventRecord(*s.last));
         CUDA_CHECK(cudaGetLastError());
         wait_kernel(s, &peer, 0);
@@ -321,7 +321,7 @@ int run_server(Opts& o, const std::string& prog) {
             if (o.lat) {
                 CUDA_CHECK(cudaMemset(s.shared->data(), 0, slice));
                 CUDA_CHECK(cudaDeviceSynchronize());  // cleared before the client's first write can land
-                lat_kernel<1><<<1, 32>>>(me, me, size, iters, nullptr, s.d_fail.get(), commit_flag(o));
+                launch_lat<1>(!o.separate_commit, 1, me, me, size, iters, nullptr, s.d_fail.get());
             } else if (op == 2) {
                 bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), 0, op, size, iters,
                                                    s.d_fail.get());  // nq 0: all receive
