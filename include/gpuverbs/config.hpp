@@ -6,12 +6,16 @@
 
 #if defined(__CUDACC__)
 #define GV_HOST_DEVICE __host__ __device__ __forceinline__
+// A function kept out of line (a rarely taken path that would otherwise be inlined at every call
+// site); inline linkage, for headers.
+#define GV_HOST_DEVICE_NOINLINE __host__ __device__ __noinline__ inline
 #define GV_DEVICE __device__ __forceinline__
 #define GV_HOST __host__ inline
 // Unrolls the loop that follows (nvcc); a plain C++ compiler ignores it.
 #define GV_UNROLL _Pragma("unroll")
 #else
 #define GV_HOST_DEVICE inline
+#define GV_HOST_DEVICE_NOINLINE inline
 #define GV_DEVICE inline
 #define GV_HOST inline
 #define GV_UNROLL

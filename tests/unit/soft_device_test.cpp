@@ -454,9 +454,12 @@ TEST(SoftDevice, CommitFlagRacingThreadsKeepOrder) {
     o.sq_depth = 64;
     Pair p(cpu_ctx(), o);
     auto a = p.h(0);
-    constexpr uint32_t kThreads = 6, kIters = 2000;
+    constexpr uint32_t kThreads = 6, kIters = 1000;
     HostBuf src(p.pd, kIters * 8, kLocalWrite), dst(p.pd, 2 * kThreads * 64, kAllAccess, 0);
-    for (uint32_t i = 0; i < kIters; ++i) std::memcpy(src.at(i * 8), &i, 8);
+    for (uint32_t i = 0; i < kIters; ++i) {
+        const uint64_t v = i;
+        std::memcpy(src.at(i * 8), &v, 8);
+    }
     auto word = [&](uint32_t t, bool flag) {
         return reinterpret_cast<uint64_t*>(dst.at((2 * t + (flag ? 1 : 0)) * 64));
     };

@@ -11,30 +11,24 @@ namespace dev {
 template <Scope S>
 GV_HOST_DEVICE Status commit(const QpHandle& qp);  // qp_doorbell.cuh
 
+/// commit<S>, out of line: on the software device a commit holds a whole drain, and the kCommit
+/// flag's commit (commit_if) sits in every post, so inlined it put one drain per post call site
+/// into every kernel that posts with run-time flags (the traffic suite's script kernel: spills,
+/// and its translation unit compiled over three times longer).
+template <Scope S>
+GV_HOST_DEVICE_NOINLINE Status commit_outlined(const QpHandle& qp) {
+    return commit<S>(qp);
+}
+
 /// The kCommit flag's part of a post: commit<S> after it (collective as the post: every member
 /// calls, whatever its own post returned). Returns the post's status when it failed, else
 /// the commit's.
 template <Scope S>
 GV_HOST_DEVICE Status commit_if(const QpHandle& qp, Status posted, uint32_t flags) {
     if (!(flags & kCommit)) return posted;
-    const Status cs = commit<S>(qp);
+    const Status cs = commit_outlined<S>(qp);
     return posted != Status::Ok ? posted : cs;
 }
-
-/// The one-WQEBB WRITE / READ / SEND of sge1_wqebb, built for the position it is given
-/// (detail::soft::post_direct builds it once it has its position).
-struct Sge1Build {
-    const QpHandle& qp;
-    uint8_t opcode;
-    uint32_t flags;
-    uint32_t imm_be;
-    uint64_t raddr;
-    uint32_t rkey;
-    Sge s;
-    GV_HOST_DEVICE WqeBb operator()(unsigned long long pos) const {
-        return sge1_wqebb(qp, pos, opcode, flags, imm_be, raddr, rkey, s);
-    }
-};
 
 /// True when a thread-scope post with kCommit may take the software device's direct path
 /// (detail/soft/direct.cuh): one data segment of 1 .. kFastBytes bytes, a WRITE or a READ, no
@@ -87,9 +81,12 @@ GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg
                                uint64_t raddr, uint32_t rkey, uint32_t imm, uint32_t flags,
                                uint64_t timeout_ns = kWaitForever) {
     if constexpr (S == Scope::Thread) {
-        if (direct_ok(qp, opcode, sg, n, flags, timeout_ns))
-            return detail::soft::post_direct(qp, Sge1Build{qp, opcode, flags, mlx5::to_be32(imm), raddr, rkey, sg[0]},
-                                             sg[0].lkey, rkey);
+        if (direct_ok(qp, opcode, sg, n, flags, timeout_ns)) {
+            // Built for position 0: post_direct sets the index once it has its position.
+            const WqeBb b = sge1_wqebb(qp, 0, opcode, flags, 0, raddr, rkey, sg[0]);
+            return detail::soft::post_direct(qp.soft.ctx, qp.q.ctr, qp.q.sq, qp.q.sq_log_bb, qp.q.sys != 0, b.u[0],
+                                             b.u[1], b.u[2], b.u[3], sg[0].lkey, rkey);
+        }
     }
     const bool valid = n <= qp.q.max_send_sge;
     uint32_t bbs = valid ? mlx5::ds_to_bbs(sge_wqe_ds(opcode, sg, n)) : 0;

@@ -24,6 +24,37 @@ struct Published {
     GV_HOST_DEVICE uint32_t read() const { return uint32_t(atom::load_acquire(at, sys)) & 0xffff; }
 };
 
+/// The QP's configuration (QpConfig: what the host wrote before the QP could send), loaded
+/// at once; the peer's part is filled where the peer is known to be up.
+GV_HOST_DEVICE void load_config(const QpContext* q, QpConfig& c) {
+    c.qpn = q->qpn;
+    c.pd = q->pd;
+    c.sq_log_bb = q->sq_log_bb;
+    c.max_inline = q->max_inline;
+    c.sys = q->sys;
+    c.sq = q->sq;
+    c.scq = q->scq;
+    c.local_mrs = q->local_mrs;
+    c.remote_mrs = q->remote_mrs;
+}
+
+/// What the executor checks of the peer QP p: its own peer (connected back to us?), its state,
+/// the access it allows and its protection domain. Relaxed loads, issued together.
+struct PeerFields {
+    const QpContext* back = nullptr;
+    QpState state = QpState::Reset;
+    uint32_t access = 0;
+    uint32_t pd = 0;
+};
+GV_HOST_DEVICE PeerFields load_peer(const QpContext* p, bool sys) {
+    PeerFields f;
+    f.back = p->remote;
+    f.state = load_state_relaxed(p, sys);
+    f.access = p->access;
+    f.pd = p->pd;
+    return f;
+}
+
 /// What the leader reads of the QP and its peer once per drain (the doorbell record, the QP's
 /// state and configuration, the peer's). Work published later is rung for, and progress()
 /// drains again for it (exec.cuh).
@@ -58,15 +89,7 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const Published& p
     lc.ci = q->sq_ci;
     lc.scope = state_scope(q);
     QpConfig& c = lc.cfg;
-    c.qpn = q->qpn;
-    c.pd = q->pd;
-    c.sq_log_bb = q->sq_log_bb;
-    c.max_inline = q->max_inline;
-    c.sys = q->sys;
-    c.sq = q->sq;
-    c.scq = q->scq;
-    c.local_mrs = q->local_mrs;
-    c.remote_mrs = q->remote_mrs;
+    load_config(q, c);
     // The guesses (lock holders write the hints; the lock's acquire ordered their stores
     // before these loads). The state with a device-scope load whatever the QP's scope: which
     // scope to use is itself a load of this round, and a guess needs no ordering.
@@ -89,17 +112,10 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const Published& p
     if (first) *first = fast_ring(lc).load(lc.ci);
     // The guessed peer's fields, at once; whether they count is decided after.
     const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
-    const QpContext* back = nullptr;
-    QpState rs = QpState::Reset;
-    uint32_t access = 0, ppd = 0;
-    if (pg) {
-        back = pg->remote;
-        rs = load_state_relaxed(pg, sys);
-        access = pg->access;
-        ppd = pg->pd;
-    }
+    PeerFields pf;
+    if (pg) pf = load_peer(pg, sys);
     if (hl) mr_fill(c.local_mrs, lc.local, hl, c.pd, false);
-    if (pg && hr) mr_fill(c.remote_mrs, lc.remote, hr, ppd, remote_foreign(c));
+    if (pg && hr) mr_fill(c.remote_mrs, lc.remote, hr, pf.pd, remote_foreign(c));
     // In ERROR every WQE flushes without the peer: a peer process that died is not read.
     lc.r = sends_allowed(lc.state) ? remote : nullptr;
     lc.peer_up = false;
@@ -108,15 +124,12 @@ GV_HOST_DEVICE void load_batch(QpContext* q, LeaderCache& lc, const Published& p
             // Guessed wrong (the QP was just connected, or its state seen late): the peer's
             // fields in a round of their own, and no region entry of the peer by guess.
             lc.remote = MrCache{};
-            back = lc.r->remote;
-            rs = load_state_relaxed(lc.r, sys);
-            access = lc.r->access;
-            ppd = lc.r->pd;
+            pf = load_peer(lc.r, sys);
         }
-        lc.peer_up = back == q && receives_allowed(rs);
+        lc.peer_up = pf.back == q && receives_allowed(pf.state);
         if (lc.peer_up) {
-            c.peer_access = access;
-            c.peer_pd = ppd;
+            c.peer_access = pf.access;
+            c.peer_pd = pf.pd;
         }
     }
 }

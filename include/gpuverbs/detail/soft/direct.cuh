@@ -48,6 +48,18 @@ namespace gv::detail::soft {
 #define GV_DIRECT_LOCK_SYS 1
 #endif
 
+/// How post_direct is compiled: inline (1, the default), or out of line (0; a call, and one copy
+/// per translation unit). Measured on the H200 (2026-12-04) inline; its slow ways are out of line
+/// either way (below).
+#ifndef GV_DIRECT_INLINE
+#define GV_DIRECT_INLINE 1
+#endif
+#if GV_DIRECT_INLINE
+#define GV_DIRECT_FN GV_HOST_DEVICE
+#else
+#define GV_DIRECT_FN GV_HOST_DEVICE_NOINLINE
+#endif
+
 /// The WQE's first three units as fast_run reads them from the ring.
 GV_HOST_DEVICE FastWqe fast_units(const mlx5::Unit* u) {
     FastWqe f;
@@ -58,31 +70,73 @@ GV_HOST_DEVICE FastWqe fast_units(const mlx5::Unit* u) {
     return f;
 }
 
+/// What the direct path's slow ways need (plain values: they are out-of-line functions).
+struct DirectSlow {
+    QpContext* q;
+    dev::QpCounters* ctr;
+    uint8_t* sq;  ///< the posters' pointer to the send ring
+    unsigned long long pos;
+    unsigned long long ring;
+    Published pub;
+    uint32_t sq_log_bb;
+    uint32_t sc;  ///< the QP's scope (state_scope)
+    bool qsys;    ///< the queues' system scope (QpQueues::sys)
+};
+
+/// The status a commit returns for the QP's state now (soft::ring_send's).
+GV_HOST_DEVICE Status status_of(QpState s) {
+    if (s == QpState::Error) return Status::QpError;
+    return sends_allowed(s) ? Status::Ok : Status::QpNotReady;
+}
+
+// The slow ways are out of line (GV_HOST_DEVICE_NOINLINE: one copy per translation unit), as is
+// the commit of a post whose kCommit takes the ordinary way (dev::commit_outlined): each holds a
+// whole drain, and inlined at every thread-scope post that takes run-time flags (whether or not
+// they ever carry kCommit) they put drains into the caller's kernel by the dozen. Found on the
+// H200's build (2026-12-04): the traffic suite's script kernel spilled (212 -> 255 registers),
+// its translation unit compiled 4.6 times longer (1.5 -> 6.9 min on the development machine;
+// 1.7 min with these out of line), the README's build took 405-443 s (about 200 in session 14).
+// The direct path itself is inline (GV_DIRECT_INLINE), as measured.
+
+/// The ordinary way, after the direct path found it may not execute: the QP held (got) is
+/// drained and given back first, then the WQE b is stored once its slot is free, published in
+/// order and rung for (progress(), whose acquire-release add releases the publication).
+GV_HOST_DEVICE_NOINLINE Status direct_ordinary(DirectSlow d, bool got, bool room, mlx5::Unit u0, mlx5::Unit u1,
+                                               mlx5::Unit u2, mlx5::Unit u3) {
+    if (got) hold(d.q, ThreadGroup{}, d.pub, d.sc);
+    uint32_t spins = 0;
+    if (!room)
+        while (d.pos + 1 - atom::load_acquire(&d.ctr->sq_retired, d.qsys) > d.ring) dev::spin_pause(spins);
+    const mlx5::Unit u[4] = {u0, u1, u2, u3};
+    for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(d.sq, d.sq_log_bb, d.pos, k), u[k]);
+    dev::publish_in_order(&d.ctr->sq_ready, d.pos, d.pos + 1, d.qsys, &d.ctr->sq_last, d.pos);
+    progress(d.q, ThreadGroup{});
+    return status_of(load_state(d.q, d.sc != kScopeGpu));
+}
+
+/// The direct path's holder after its WQE was published: drains (ran false: the WQE was not
+/// executed, so the drain decides it) or drains what was rung meanwhile, and gives the QP back.
+GV_HOST_DEVICE_NOINLINE Status direct_drain(DirectSlow d, bool ran) {
+    hold(d.q, ThreadGroup{}, d.pub, d.sc, ran);
+    return status_of(load_state(d.q, d.sc != kScopeGpu));
+}
+
 /// Posts one single-WQEBB WRITE or READ of one data segment (lkey) to the peer's rkey and
 /// commits it, at thread scope, on a software device whose executor this thread may run (not a
-/// CPU thread on a GPU device). build(pos) returns the WQEBB's four units (mlx5::Unit[4] in a
-/// struct with member u) for position pos. Returns what a post and a commit would: Ok, QpError
-/// in ERROR (the WQE completes flushed), QpNotReady before RTS (it waits for RTS, published).
+/// CPU thread on a GPU device): q the QP's context, ctr, sq, sq_log_bb and qsys its queues
+/// (dev::QpQueues), u0..u3 the WQEBB built for position 0 (its ctrl segment's WQE index is set
+/// here, once the position is known). Returns what a post and a commit would: Ok, QpError in
+/// ERROR (the WQE completes flushed), QpNotReady before RTS (it waits for RTS, published).
 /// Waits for room without a timeout (the callers pass kWaitForever only).
-template <typename Build>
-GV_HOST_DEVICE Status post_direct(const dev::QpHandle& qp, const Build& build, uint32_t lkey, uint32_t rkey) {
-    QpContext* const q = qp.soft.ctx;
-    dev::QpCounters* const ctr = qp.q.ctr;
-    const bool qsys = qp.q.sys != 0;
-    const unsigned long long ring = 1ull << qp.q.sq_log_bb;
+GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq, uint32_t sq_log_bb,
+                                           bool qsys, mlx5::Unit u0, mlx5::Unit u1, mlx5::Unit u2, mlx5::Unit u3,
+                                           uint32_t lkey, uint32_t rkey) {
+    const unsigned long long ring = 1ull << sq_log_bb;
 
     // Round A: the configuration and the guesses (relaxed; nothing orders them, nothing needs to).
     LeaderCache lc;
     QpConfig& c = lc.cfg;
-    c.qpn = q->qpn;
-    c.pd = q->pd;
-    c.sq_log_bb = q->sq_log_bb;
-    c.max_inline = q->max_inline;
-    c.sys = q->sys;
-    c.sq = q->sq;
-    c.scq = q->scq;
-    c.local_mrs = q->local_mrs;
-    c.remote_mrs = q->remote_mrs;
+    load_config(q, c);
     const uint32_t xgpu = atom::load_relaxed(&q->xgpu);
     const Published pub = Published::of(q);
     QpContext* const r_guess = q->remote;
@@ -103,59 +157,51 @@ GV_HOST_DEVICE Status post_direct(const dev::QpHandle& qp, const Build& build, u
     // The guessed peer's fields, only when the guessed state lets WQEs reach it (a peer process
     // that died is not read: our QP is in ERROR then), as load_batch.
     const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
-    const QpContext* back = nullptr;
-    QpState rs = QpState::Reset;
-    uint32_t access = 0, ppd = 0;
-    if (pg) {
-        back = pg->remote;
-        rs = load_state_relaxed(pg, xsys);
-        access = pg->access;
-        ppd = pg->pd;
-    }
+    PeerFields pf;
+    if (pg) pf = load_peer(pg, xsys);
     mr_fill(c.local_mrs, lc.local, lkey, c.pd, false);
-    if (pg) mr_fill(c.remote_mrs, lc.remote, rkey, ppd, remote_foreign(c));
+    if (pg) mr_fill(c.remote_mrs, lc.remote, rkey, pf.pd, remote_foreign(c));
     const unsigned long long retired = atom::load_acquire(&ctr->sq_retired, qsys);
 
     const uint32_t sc = xsys ? kScopePeer : kScopeGpu;
     lc.scope = sc;
     lc.r = sends_allowed(lc.state) ? remote : nullptr;
-    lc.peer_up = lc.r != nullptr && lc.r == pg && back == q && receives_allowed(rs);
+    lc.peer_up = lc.r != nullptr && lc.r == pg && pf.back == q && receives_allowed(pf.state);
     if (lc.peer_up) {
-        c.peer_access = access;
-        c.peer_pd = ppd;
+        c.peer_access = pf.access;
+        c.peer_pd = pf.pd;
     }
-    const auto b = build(pos);
+    // The ctrl segment's WQE index (bits 8..23 of its first big-endian word) is the position's.
+    u0.w[0] = mlx5::to_be32((mlx5::from_be32(u0.w[0]) & 0xff0000ffu) | (uint32_t(uint16_t(pos)) << 8));
+    const mlx5::Unit b[4] = {u0, u1, u2, u3};
     const bool room = pos + 1 - retired <= ring;
-    if (got && lc.ci == pos && room && !xsys && lc.peer_up) {
-        for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(qp.q.sq, qp.q.sq_log_bb, pos, k), b.u[k]);
-        const FastWqe first = fast_units(b.u);
-        lc.pending = 1;
-        // The copy, its fence, the requester's CQE when signaled, sq_ci (fast_run: RC ordering
-        // as in any drain; the WQE's bytes stored above precede the fence, so a poller that
-        // acquires the CQE finds them).
-        fast_run(q, lc, &first);
-        const bool ran = lc.ci != pos;
-        // Published in order (sq_ready was pos: see above), after the execution: whoever acquires
-        // sq_ready sees the WQE's bytes, and sq_ci past it (the lock's release does that too).
-        atom::store_relaxed(&ctr->sq_last, pos, qsys);
-        atom::store_release(&ctr->sq_ready, pos + 1, qsys);
-        if (ran) keep_hints(q, lc);
-        // Give the QP back (or drain what was rung meanwhile); not run here: drained as ever.
-        hold(q, ThreadGroup{}, pub, sc, ran);
-        const QpState s = ran ? lc.state : load_state(q, xsys);
-        if (s == QpState::Error) return Status::QpError;
-        return sends_allowed(s) ? Status::Ok : Status::QpNotReady;
+    const DirectSlow slow{q, ctr, sq, pos, ring, pub, sq_log_bb, sc, qsys};
+    // The ordinary way. Holding the QP, it drains what is published (none of it ours) and gives
+    // it back before anything waits: the room we wait for may need those WQEs executed and
+    // polled, and earlier reservers whose publication we wait for may be waiting for room.
+    if (!(got && lc.ci == pos && room && !xsys && lc.peer_up))
+        return direct_ordinary(slow, got, room, u0, u1, u2, u3);
+
+    for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(sq, sq_log_bb, pos, k), b[k]);
+    const FastWqe first = fast_units(b);
+    lc.pending = 1;
+    // The copy, its fence, the requester's CQE when signaled, sq_ci (fast_run: RC ordering as in
+    // any drain; the WQE's bytes stored above precede the fence, so a poller that acquires the
+    // CQE finds them).
+    fast_run(q, lc, &first);
+    const bool ran = lc.ci != pos;
+    // Published in order (sq_ready was pos: see above), after the execution: whoever acquires
+    // sq_ready sees the WQE's bytes, and sq_ci past it (the lock's release does that too).
+    atom::store_relaxed(&ctr->sq_last, pos, qsys);
+    atom::store_release(&ctr->sq_ready, pos + 1, qsys);
+    if (ran) {
+        keep_hints(q, lc);
+        // Give the QP back: a CAS from 1 to 0 (hold()'s), unless rings came meanwhile.
+        uint32_t expect = 1;
+        if (rmw_cas(&q->lock, expect, 0u, sc)) return status_of(lc.state);
     }
-    // The ordinary way. Holding the QP, drain what is published (none of it ours) and give it
-    // back before anything waits: the room we wait for may need those WQEs executed and polled,
-    // and earlier reservers whose publication we wait for may be waiting for room.
-    if (got) hold(q, ThreadGroup{}, pub, sc);
-    uint32_t spins = 0;
-    if (!room)
-        while (pos + 1 - atom::load_acquire(&ctr->sq_retired, qsys) > ring) dev::spin_pause(spins);
-    for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(qp.q.sq, qp.q.sq_log_bb, pos, k), b.u[k]);
-    dev::sq_publish(qp, pos, 1);
-    return ring_send(qp, ThreadGroup{});
+    // Not run here (the drain decides it, errors included), or rings came: drained as ever.
+    return direct_drain(slow, ran);
 }
 
 }  // namespace gv::detail::soft
