@@ -16,10 +16,10 @@
 //   B. after the lock's acquire, what the last holder left: sq_ci, the state, the peer and its
 //      fields, the two regions' entries, and the retirement point (acquire, last: its slot's
 //      old WQE was read by its pollers before we overwrite it);
-//   C. the copy (fast_one's, with the regions already in its caches).
+//   C. the copy (fast_run's, with the regions already in its caches).
 // The WQE executes here only when nothing can come before it: the lock was free, sq_ci is our
 // position (every earlier WQE was executed, so every earlier reservation published: sq_ready is
-// our position too), the ring has room, and the fast path accepts it (the checks prepare() would
+// our position too), the ring has room, and fast_run accepts it (the checks prepare() would
 // make pass). Its bytes still go into the ring, byte for byte, before it is published: the
 // pollers read its ctrl word when they retire it, and the tests read the ring.
 //
@@ -29,7 +29,7 @@
 // waits for room, stores its WQE, publishes it in order and rings (soft::ring_send). The ring
 // counted by the lock's RMW here came before our publication, so a holder may miss our WQE on
 // its account; the ring after publication is the one that counts, as in every commit. A WQE
-// the fast path does not take (an error to report, another shape) is published and drained by the
+// fast_run does not take (an error to report, another shape) is published and drained by the
 // holder: prepare() decides it as always, errors included.
 #pragma once
 
@@ -60,7 +60,7 @@ namespace gv::detail::soft {
 #define GV_DIRECT_FN GV_HOST_DEVICE_NOINLINE
 #endif
 
-/// The WQE's first three units as the fast path reads them from the ring.
+/// The WQE's first three units as fast_run reads them from the ring.
 GV_HOST_DEVICE FastWqe fast_units(const mlx5::Unit* u) {
     FastWqe f;
     for (int i = 0; i < 3; ++i) {
@@ -185,10 +185,10 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(sq, sq_log_bb, pos, k), b[k]);
     const FastWqe first = fast_units(b);
     lc.pending = 1;
-    // The copy, its fence, the requester's CQE when signaled, sq_ci (fast_one: RC ordering as in
+    // The copy, its fence, the requester's CQE when signaled, sq_ci (fast_run: RC ordering as in
     // any drain; the WQE's bytes stored above precede the fence, so a poller that acquires the
     // CQE finds them).
-    fast_one(q, lc, first);
+    fast_run(q, lc, &first);
     const bool ran = lc.ci != pos;
     // Published in order (sq_ready was pos: see above), after the execution: whoever acquires
     // sq_ready sees the WQE's bytes, and sq_ci past it (the lock's release does that too).
