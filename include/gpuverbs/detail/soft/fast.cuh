@@ -88,6 +88,21 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 #endif
 }
 
+/// mr_check's bounds and translation alone, for a WQE whose region entry, access and length
+/// were checked on the WQE before it (same key, same need): the executor pointer of
+/// [addr, addr + len), or 0 when it leaves the region.
+GV_HOST_DEVICE uint64_t fast_bounds(const MrCache& c, uint64_t addr, uint64_t len) {
+    if (addr < c.addr || len > c.length || addr - c.addr > c.length - len) return 0;
+    const uint64_t p = uint64_t(int64_t(addr) + c.xlate);
+    return p ? p : 1;
+}
+
+/// The ctrl segment's signal bit (fm_ce_se's CQ_UPDATE) in the second 8-byte word of unit 0, as
+/// loaded (fm_ce_se is byte 11 of the WQE).
+inline constexpr uint64_t kFastSignalBit = uint64_t(MLX5_WQE_CTRL_CQ_UPDATE) << 24;
+/// The WQE index's two bytes (1 and 2) in the first 8-byte word of unit 0, as loaded.
+inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
+
 /// Executes the WQEs at sq_ci while they are of the common kind (above), and returns at the
 /// first that is not, or when none is left. The group's leader, holding the QP's lock, after
 /// next_published() found work.
@@ -112,44 +127,86 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
     const FastRing ring = fast_ring(lc);
     bool lost = false;
     FastWqe cur = first ? *first : ring.load(ci);
+    // The shape of the last WQE that passed the checks below (shaped), as loaded: unit 0 without
+    // the WQE index and the signal bit (opcode, QP, ds, fence bits, immediate), the rkey, the
+    // data segment's byte count and lkey; with what the checks found (length, direction, scope).
+    // A WQE of the same shape differs only in its two addresses, its index and its signal: its
+    // opcode, QP, size, keys, length, access and regions were checked on the one before, so
+    // only its index and the bounds of its two ranges are left to check (the lean way, a
+    // fraction of the instructions: one thread executes one QP's WQEs, and its instruction
+    // path is most of a small WRITE's cost, docs/performance.md, session 17).
+    bool shaped = false;
+    bool sh_read = false;
+    uint32_t sh_rkey = 0, sh_len = 0, sh_sys = 0;
+    uint64_t sh_u0a = 0, sh_u0b = 0, sh_u2a = 0;
     for (;;) {
-        const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
-        const bool is_read = c.opcode == MLX5_OPCODE_RDMA_READ;
-        // check_header and check_ctrl: one WQEBB (published: pending >= 1), its own position
-        // and QP. check_body for ds 3: a raddr segment and one data or inline segment.
-        if ((c.opcode != MLX5_OPCODE_RDMA_WRITE && !is_read) || c.ds != 3 || c.wqe_index != uint16_t(ci) ||
-            c.qpn != cfg.qpn)
-            break;
-        const mlx5::RaddrFields ra = mlx5::read_raddr_seg(reinterpret_cast<const mlx5_wqe_raddr_seg*>(&cur.u[1]));
-        const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&cur.u[2]));
-        GV_EXEC_STAMP(kStampChecked);
-        const bool inl = (d.byte_count & MLX5_INLINE_SEG) != 0;
-        // The regions, when the caches hold other keys (a drain's first WQE): the peer's first,
-        // so that the two entries' loads are in flight together, as in prepare().
-        mr_prefetch(cfg.remote_mrs, lc.remote, ra.rkey, cfg.peer_pd, foreign);
-        if (!inl) mr_prefetch(cfg.local_mrs, lc.local, d.lkey, cfg.pd, false);
-        if (!lc.peer_up) break;  // prepare() fails it: TRANSPORT_RETRY_EXC_ERR
-        GV_EXEC_STAMP(kStampLocal);
-        uint32_t sys = lc.scope;  // as prepare()'s p.sys
-        uint64_t len, lp;
-        if (inl) {
-            // check_body: not in a READ, within max_inline and within the WQE (4 + len <= 16).
-            len = d.byte_count & ~uint32_t(MLX5_INLINE_SEG);
-            if (is_read || len == 0 || len > 12 || len > cfg.max_inline) break;
-            // The payload, 4 bytes into unit 2 (of the stage's copy when staged).
-            lp = reinterpret_cast<uint64_t>(ring.bb(ci) + 2 * 16 + 4);
-            sys |= cfg.sys;
-        } else {
-            len = d.byte_count;  // 0 would mean 2 GiB: not for this path
-            if (len == 0 || len > kFastBytes) break;
-            lp = mr_check(lc.local, d.addr, len, is_read ? kLocalWrite : 0u, is_read ? &sys : nullptr);
-            if (!lp) break;
+        uint64_t len, lp, rp;
+        uint32_t sys;
+        bool is_read;
+        bool lean = false;
+        if (shaped) {
+            const uint64_t idx = ((ci >> 8) & 0xffu) << 8 | (ci & 0xffu) << 16;
+            if (cur.u[0].a == (sh_u0a | idx) && ((cur.u[0].b ^ sh_u0b) & ~kFastSignalBit) == 0 &&
+                uint32_t(cur.u[1].b) == sh_rkey && cur.u[2].a == sh_u2a) {
+                len = sh_len;
+                is_read = sh_read;
+                const uint64_t la = fast_bounds(lc.local, mlx5::from_be64(cur.u[2].b), len);
+                const uint64_t ra = fast_bounds(lc.remote, mlx5::from_be64(cur.u[1].a), len);
+                if (la && ra) {
+                    lean = true;
+                    lp = la;
+                    rp = ra;
+                    sys = sh_sys;
+                }
+            }
         }
-        // resolve_remote: the peer QP's access rights, then its region.
-        const uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
-        if (!(cfg.peer_access & need)) break;
-        const uint64_t rp = mr_check(lc.remote, ra.raddr, len, need, is_read ? nullptr : &sys);
-        if (!rp) break;
+        if (!lean) {
+            const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
+            is_read = c.opcode == MLX5_OPCODE_RDMA_READ;
+            // check_header and check_ctrl: one WQEBB (published: pending >= 1), its own position
+            // and QP. check_body for ds 3: a raddr segment and one data or inline segment.
+            if ((c.opcode != MLX5_OPCODE_RDMA_WRITE && !is_read) || c.ds != 3 || c.wqe_index != uint16_t(ci) ||
+                c.qpn != cfg.qpn)
+                break;
+            const mlx5::RaddrFields ra = mlx5::read_raddr_seg(reinterpret_cast<const mlx5_wqe_raddr_seg*>(&cur.u[1]));
+            const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&cur.u[2]));
+            GV_EXEC_STAMP(kStampChecked);
+            const bool inl = (d.byte_count & MLX5_INLINE_SEG) != 0;
+            // The regions, when the caches hold other keys (a drain's first WQE): the peer's first,
+            // so that the two entries' loads are in flight together, as in prepare().
+            mr_prefetch(cfg.remote_mrs, lc.remote, ra.rkey, cfg.peer_pd, foreign);
+            if (!inl) mr_prefetch(cfg.local_mrs, lc.local, d.lkey, cfg.pd, false);
+            if (!lc.peer_up) break;  // prepare() fails it: TRANSPORT_RETRY_EXC_ERR
+            GV_EXEC_STAMP(kStampLocal);
+            sys = lc.scope;  // as prepare()'s p.sys
+            if (inl) {
+                // check_body: not in a READ, within max_inline and within the WQE (4 + len <= 16).
+                len = d.byte_count & ~uint32_t(MLX5_INLINE_SEG);
+                if (is_read || len == 0 || len > 12 || len > cfg.max_inline) break;
+                // The payload, 4 bytes into unit 2 (of the stage's copy when staged).
+                lp = reinterpret_cast<uint64_t>(ring.bb(ci) + 2 * 16 + 4);
+                sys |= cfg.sys;
+            } else {
+                len = d.byte_count;  // 0 would mean 2 GiB: not for this path
+                if (len == 0 || len > kFastBytes) break;
+                lp = mr_check(lc.local, d.addr, len, is_read ? kLocalWrite : 0u, is_read ? &sys : nullptr);
+                if (!lp) break;
+            }
+            // resolve_remote: the peer QP's access rights, then its region.
+            const uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
+            if (!(cfg.peer_access & need)) break;
+            rp = mr_check(lc.remote, ra.raddr, len, need, is_read ? nullptr : &sys);
+            if (!rp) break;
+            // An inline WQE's payload sits where a data segment's lkey would: no shape.
+            shaped = !inl;
+            sh_u0a = cur.u[0].a & ~kFastIndexBytes;
+            sh_u0b = cur.u[0].b & ~kFastSignalBit;
+            sh_rkey = uint32_t(cur.u[1].b);
+            sh_u2a = cur.u[2].a;
+            sh_len = uint32_t(len);
+            sh_sys = sys;
+            sh_read = is_read;
+        }
         // The next WQE's units, when it is published: their loads overlap this WQE's copy and
         // fence. Issued here rather than before the region checks: a drain's first WQE has its
         // two region entries in flight there, and both sets of loads at once would need more
@@ -167,11 +224,11 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         // finish() for a WQE that succeeded and consumed no receive (complete_requester): the
         // requester's CQE when signaled, then sq_ci.
         bool ok = true;
-        if (c.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) {
+        if (cur.u[0].b & kFastSignalBit) {
             mlx5::CqeFields f{};
             f.qpn = cfg.qpn;
             f.wqe_counter = uint16_t(ci);
-            f.wqe_opcode = c.opcode;
+            f.wqe_opcode = is_read ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE;
             f.cqe_opcode = MLX5_CQE_REQ;
             f.byte_cnt = uint32_t(len);
             ok = cq_push(cfg.scq, f);
