@@ -194,11 +194,36 @@ GV_HOST_DEVICE T exchange(T* p, T v, bool sys = false) {
 #endif
 }
 
-/// Release fence: earlier stores of this thread become visible before later ones.
+/// PTX's one-way fences (`fence.release` / `fence.acquire`) exist from PTX ISA 8.6 on, for sm_90
+/// and later; the guard asks for CUDA 12.8 or later, whose PTX has them. Elsewhere a release fence
+/// is libcu++'s, the two-way `fence.acq_rel`.
+#if GV_DEVICE_CODE && __CUDA_ARCH__ >= 900 && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+#define GV_ONE_WAY_FENCES 1
+#else
+#define GV_ONE_WAY_FENCES 0
+#endif
+
+/// Release fence: earlier loads and stores of this thread are ordered before its later stores
+/// (cumulatively: with the writes it observed, through a barrier for instance), for whoever
+/// acquires one of those later stores.
+///
+/// On sm_90 it is PTX's `fence.release`: MEMBAR.ALL.GPU, ERRBAR, CGAERRBAR in SASS (device scope,
+/// `cuobjdump -sass`, 2026-12-04). libcu++ emits the two-way `fence.acq_rel` for a release fence,
+/// which adds an L1 invalidation (CCTL.IVALL): that half is an acquire, which no caller of this
+/// function needs (every load that must see another thread's store follows a load_acquire, a
+/// fence_acquire or a fence_seq_cst of its own), and it made every later load of the thread miss
+/// L1 (the executor fences once per WQE and per copier: 4 KiB WRITEs over 264 QPs x 512 threads
+/// 182.5 -> 194.1 GB/s on the H200, docs/performance.md, session 18).
 GV_HOST_DEVICE void fence_release(bool sys = false) {
 #if GV_DEVICE_CODE
+#if GV_ONE_WAY_FENCES
+    if (sys) asm volatile("fence.release.sys;" ::: "memory");
+    else asm volatile("fence.release.gpu;" ::: "memory");
+#else
     if (sys) cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
     else cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_device);
+#endif
 #else
     (void)sys;
     __atomic_thread_fence(__ATOMIC_RELEASE);
