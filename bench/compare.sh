@@ -14,7 +14,7 @@
 # on an H200 with REPS=3.
 set -uo pipefail
 usage() {
-    sed -n '6,7p' "$0" | sed 's/^#   /usage: /' >&2
+    grep '^#   bench/compare.sh' "$0" | sed 's/^#   /usage: /' >&2
     exit 2
 }
 OUT=bench/compare
