@@ -1,4 +1,4 @@
-// The executor's fast path: the common small RDMA WRITE or READ (one WQEBB, 1 to 32 bytes
+// The executor's fast path: the common small RDMA WRITE or READ (one WQEBB, 1 to 128 bytes
 // through one data segment, or an inline WRITE of at most 12 bytes) executed by the group's
 // leader in a short straight line, for drain() in exec.cuh. Part of the software device's
 // executor (gpuverbs/detail/soft/exec.cuh).
@@ -25,8 +25,21 @@ namespace gv::detail::soft {
 // and access); at anything else (another opcode or shape, a check that fails, a larger copy)
 // it stops with that WQE at sq_ci, and prepare() decides it as always, errors included.
 
-/// Bytes a fast-path WQE may move: its copy is the leader's few loads and then its stores.
-inline constexpr uint64_t kFastBytes = 32;
+/// Bytes a fast-path WQE may move: at most what the leader executes alone anyway (exec.cuh's
+/// kLeaderBytes). Up to 32 bytes were the fast path's until 2026-12-04; a 64-byte WRITE then took
+/// prepare() (loopback latency 6.4 us against 2.2 us at 8 bytes, and 40 M msg/s against 121 M over
+/// 264 QPs, H200).
+inline constexpr uint64_t kFastBytes = 128;
+/// The bytes fast_copy moves per round: all of the round's loads (four 8-byte words), then its
+/// stores. A copy of all 128 bytes in one round took the latency kernels from 177 to 224
+/// registers a thread and the 512-thread block-commit kernel from 24 to 150 bytes of spills
+/// (ptxas, sm_90): every kernel that commits inlines this.
+inline constexpr uint64_t kFastChunk = 32;
+
+/// Whether [a, a + len) and [b, b + len) share a byte. A copy of more than kFastChunk bytes between
+/// such ranges is left to prepare(), whose one-thread copy takes 64 bytes per round: in chunks of
+/// 32 the bytes that land could differ.
+GV_HOST_DEVICE bool fast_overlap(uint64_t a, uint64_t b, uint64_t len) { return a < b + len && b < a + len; }
 
 /// The units of a WQE the fast path decodes: ctrl, raddr and the first data or inline
 /// segment (a WQE of ds 3: one WQEBB).
@@ -63,22 +76,38 @@ GV_HOST_DEVICE FastRing fast_ring(const LeaderCache& lc) {
     return FastRing{lc.cfg.sq, lc.cfg.sq_log_bb, lc.stage_n, static_cast<const uint8_t*>(lc.stage), lc.stage_ci};
 }
 
-/// Copies len (1 .. kFastBytes) bytes: with 8-byte alignment every load is issued before the
+/// One round of fast_copy: n (1 .. kFastChunk / 8) 8-byte words, every load issued before the
 /// first store (d and s may overlap: the loads then see the bytes as they were, as prepare()'s
-/// one-thread copy of a range this small does too), else copy_small's widest aligned steps.
+/// one-thread copy of a range this small does too).
+GV_HOST_DEVICE void fast_copy_round(uint64_t dst, uint64_t src, uint32_t n) {
+#if GV_DEVICE_CODE
+    const auto* s = reinterpret_cast<const uint64_t*>(src);
+    auto* d = reinterpret_cast<uint64_t*>(dst);
+    uint64_t v[kFastChunk / 8];
+#pragma unroll
+    for (uint32_t i = 0; i < kFastChunk / 8; ++i)
+        if (i < n) v[i] = s[i];
+#pragma unroll
+    for (uint32_t i = 0; i < kFastChunk / 8; ++i)
+        if (i < n) d[i] = v[i];
+#else
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), size_t(n) * 8);
+#endif
+}
+
+/// Copies len (1 .. kFastBytes) bytes: with 8-byte alignment in rounds of kFastChunk bytes
+/// (fast_copy_round; the first in a straight line, so that a copy of at most kFastChunk bytes
+/// costs what it did before the rounds: a loop for every copy cost one QP's 8-byte WRITEs 9%,
+/// H200, 2026-12-04), else copy_small's widest aligned steps.
 GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 #if GV_DEVICE_CODE
     if (((dst | src | len) & 7) == 0) {
-        const auto* s = reinterpret_cast<const uint64_t*>(src);
-        auto* d = reinterpret_cast<uint64_t*>(dst);
-        const uint32_t n = uint32_t(len / 8);
-        uint64_t v[kFastBytes / 8];
-#pragma unroll
-        for (uint32_t i = 0; i < kFastBytes / 8; ++i)
-            if (i < n) v[i] = s[i];
-#pragma unroll
-        for (uint32_t i = 0; i < kFastBytes / 8; ++i)
-            if (i < n) d[i] = v[i];
+        fast_copy_round(dst, src, uint32_t((len < kFastChunk ? len : kFastChunk) / 8));
+        if (len > kFastChunk) {
+#pragma unroll 1
+            for (uint64_t off = kFastChunk; off < len; off += kFastChunk)
+                fast_copy_round(dst + off, src + off, uint32_t((len - off < kFastChunk ? len - off : kFastChunk) / 8));
+        }
         return;
     }
     const uint64_t x = dst ^ src;
@@ -153,7 +182,7 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
                 is_read = sh_read;
                 const uint64_t la = fast_bounds(lc.local, mlx5::from_be64(cur.u[2].b), len);
                 const uint64_t ra = fast_bounds(lc.remote, mlx5::from_be64(cur.u[1].a), len);
-                if (la && ra) {
+                if (la && ra && (len <= kFastChunk || !fast_overlap(la, ra, len))) {
                     lean = true;
                     lp = la;
                     rp = ra;
@@ -197,7 +226,7 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
             const uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
             if (!(cfg.peer_access & need)) break;
             rp = mr_check(lc.remote, ra.raddr, len, need, is_read ? nullptr : &sys);
-            if (!rp) break;
+            if (!rp || (len > kFastChunk && fast_overlap(lp, rp, len))) break;
             // An inline WQE's payload sits where a data segment's lkey would: no shape.
             shaped = !inl;
             sh_u0a = cur.u[0].a & ~kFastIndexBytes;
