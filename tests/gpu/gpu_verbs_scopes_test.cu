@@ -147,6 +147,142 @@ TEST(GpuVerbsScopes, WarpScopeMixedSizeInline) {
 }
 
 // =============================================================================================
+// 8b. Receives posted by every thread of a block at thread, warp or block scope (one reservation
+//     and one publication per warp or block), some with an invalid gather count: the receive
+//     ring shows the valid ones back to back in lane / thread order and no invalid one, and
+//     SENDs then fill them in ring order, every byte and completion checked.
+// =============================================================================================
+
+constexpr size_t kRecvSlot = 128;
+
+/// The receive of thread t in round r: slot id = r * blockDim.x + t, lens[id] bytes; an id with
+/// id % 7 == 3 asks for two buffers on a QP that takes one (InvalidArgument, nothing posted).
+GV_HOST_DEVICE bool recv_invalid(uint32_t id) { return id % 7 == 3; }
+
+template <Scope S>
+__global__ void recv_scopes_kernel(dev::QpHandle b, uint64_t dst, uint32_t dlkey, const uint32_t* lens,
+                                   uint32_t rounds, DevErr* err) {
+    const uint32_t t = threadIdx.x, n = blockDim.x;
+    for (uint32_t r = 0; r < rounds; ++r) {
+        const uint32_t id = r * n + t;
+        const Sge sg[2] = {{dst + uint64_t(id) * kRecvSlot, lens[id], dlkey}, {dst, 1, dlkey}};
+        __syncwarp();
+        const Status st = dev::post_recv<S>(b, sg, recv_invalid(id) ? 2u : 1u, kWait);
+        DCHECK_EQ(st, recv_invalid(id) ? Status::InvalidArgument : Status::Ok);
+        __syncthreads();
+    }
+}
+
+/// One thread sends n messages: message k (sizes[k] bytes from src slot k) fills the k-th
+/// receive, then waits for both sides' completions.
+__global__ void recv_scopes_send_kernel(dev::QpHandle a, dev::QpHandle b, const uint8_t* src, uint32_t slkey,
+                                        const uint32_t* sizes, uint32_t n, Completion* rcqes, DevErr* err) {
+    for (uint32_t k = 0; k < n; ++k) {
+        const uint32_t fl = k + 1 == n ? kSignaled | kCommit : kCommit;
+        DCHECK_EQ(dev::send(a, src + size_t(k) * kRecvSlot, sizes[k], slkey, fl, kWait), Status::Ok);
+    }
+    DCHECK_EQ(dev::wait_send(a, 1, nullptr, kWait), Status::Ok);
+    DCHECK_EQ(dev::wait_recv(b, n, rcqes, kWait), Status::Ok);
+}
+
+template <Scope S>
+void run_recv_scopes() {
+    constexpr uint32_t T = 256, R = 2, N = T * R;
+    QpOptions o;
+    o.rq_depth = 512;  // every receive of the test in place for the host to read
+    o.sq_depth = 512;
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    auto a = p.h(0), b = p.h(1);
+    ASSERT_EQ(b.q.max_recv_sge, 1u) << "the invalid receives need a QP of one receive entry";
+    const size_t span = size_t(N) * kRecvSlot;
+    DevBuf src(span), dst(span), rcq(N * sizeof(Completion));
+    std::vector<uint8_t> hsrc(span);
+    gvtest::fill_random(hsrc.data(), span, 47);
+    h2d(src.p, hsrc.data(), span);
+    CUDA_OK(cudaMemset(dst.p, kGuard, span));
+    MemoryRegion ms(p.pd, src.p, span, kLocalWrite), md(p.pd, dst.p, span, kAllAccess);
+    std::vector<uint32_t> lens(N);
+    for (uint32_t id = 0; id < N; ++id) lens[id] = 1u + (id * 29u) % uint32_t(kRecvSlot);
+    auto dl = upload(lens);
+    Err err;
+    recv_scopes_kernel<S><<<1, T>>>(b, addr_of(dst), md.lkey(), dl->get<uint32_t>(), R, err.get());
+    LAUNCH_OK();
+    err.expect_none("posting the receives");
+
+    // Walk the receive ring: one data segment per valid receive, then the end-of-list entry.
+    const auto ctr = counters(b);
+    uint32_t valid = 0;
+    for (uint32_t id = 0; id < N; ++id) valid += recv_invalid(id) ? 0 : 1;
+    ASSERT_EQ(ctr.rq_reserved, valid) << "one entry per valid receive, none for an invalid one";
+    ASSERT_EQ(ctr.rq_ready, valid) << "every reserved receive published";
+    const size_t stride = size_t(1) << b.q.rq_log_stride;
+    auto ring = d2h<uint8_t>(b.q.rq, stride << b.q.rq_log_cnt);
+    const uint64_t d0 = addr_of(dst);
+    std::vector<uint32_t> order;
+    for (uint32_t k = 0; k < valid; ++k) {
+        const auto d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(ring.data() + k * stride));
+        ASSERT_EQ(d.lkey, md.lkey()) << "receive " << k;
+        ASSERT_EQ((d.addr - d0) % kRecvSlot, 0u) << "receive " << k;
+        const uint32_t id = uint32_t((d.addr - d0) / kRecvSlot);
+        ASSERT_LT(id, N) << "receive " << k;
+        ASSERT_FALSE(recv_invalid(id)) << "receive " << k << " is an invalid post's";
+        ASSERT_EQ(d.byte_count, lens[id]) << "receive " << k;
+        order.push_back(id);
+    }
+    for (uint32_t k = 0; k < valid; ++k) {
+        const uint32_t id = order[k];
+        if (k) ASSERT_LE(order[k - 1] / T, id / T) << "a receive of an earlier round after a later one at " << k;
+        if (S == Scope::Block && k) ASSERT_LT(order[k - 1], id) << "block scope: receives in thread order at " << k;
+        if (S != Scope::Block && k && order[k - 1] / 32 == id / 32)
+            ASSERT_LT(order[k - 1], id) << "a warp's receives in lane order at " << k;
+    }
+    std::vector<uint32_t> sorted(order);
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a receive posted twice";
+
+    // SEND k fills the receive at ring position k exactly.
+    std::vector<uint32_t> sizes(valid);
+    for (uint32_t k = 0; k < valid; ++k) sizes[k] = lens[order[k]];
+    auto ds = upload(sizes);
+    Err err2;
+    recv_scopes_send_kernel<<<1, 1>>>(a, b, src.get(), ms.lkey(), ds->get<uint32_t>(), valid, rcq.get<Completion>(),
+                                      err2.get());
+    LAUNCH_OK();
+    err2.expect_none("the SENDs");
+    auto c = d2h<Completion>(rcq.p, valid);
+    auto hd = d2h<uint8_t>(dst.p, span);
+    for (uint32_t k = 0; k < valid; ++k) {
+        ASSERT_TRUE(c[k].ok()) << "receive completion " << k;
+        ASSERT_EQ(c[k].wqe_counter, uint16_t(k)) << "receive completion " << k;
+        ASSERT_EQ(c[k].byte_len, sizes[k]) << "receive completion " << k;
+        const size_t o0 = size_t(order[k]) * kRecvSlot;
+        ASSERT_EQ(gvtest::first_diff(hsrc.data() + size_t(k) * kRecvSlot, hd.data() + o0, sizes[k]), -1)
+            << "SEND " << k << " in receive of slot " << order[k];
+        ASSERT_EQ(gvtest::first_not(hd.data() + o0 + sizes[k], kRecvSlot - sizes[k], kGuard), -1)
+            << "past SEND " << k;
+    }
+    for (uint32_t id = 0; id < N; ++id)
+        if (recv_invalid(id))
+            ASSERT_EQ(gvtest::first_not(hd.data() + size_t(id) * kRecvSlot, kRecvSlot, kGuard), -1)
+                << "the slot of invalid receive " << id << " was written";
+}
+
+TEST(GpuVerbsScopes, ThreadScopeReceives) {
+    GV_SKIP_WITHOUT_GPU();
+    run_recv_scopes<Scope::Thread>();
+}
+
+TEST(GpuVerbsScopes, WarpScopeReceives) {
+    GV_SKIP_WITHOUT_GPU();
+    run_recv_scopes<Scope::Warp>();
+}
+
+TEST(GpuVerbsScopes, BlockScopeReceives) {
+    GV_SKIP_WITHOUT_GPU();
+    run_recv_scopes<Scope::Block>();
+}
+
+// =============================================================================================
 // 9. The weak form: the caller takes get_position(), writes single-WQEBB WQEs at positions of
 //    its choice, and publishes them all with one commit_weak.
 // =============================================================================================

@@ -74,7 +74,7 @@ GV_HOST_DEVICE uint32_t build_sge_wqe(const QpHandle& qp, unsigned long long pos
 /// lane of the warp calls, one WQE each), Block (every thread of the block calls). Invalid
 /// arguments return InvalidArgument to the caller only; collective calls stay collective.
 /// With kCommit in flags it also commits (commit<S>); on the software device a thread-scope
-/// WRITE or READ of at most 32 bytes then executes in the calling thread when nothing is ahead
+/// WRITE or READ of at most 128 bytes (kFastBytes) then executes in the calling thread when nothing is ahead
 /// of it on the QP (direct_ok, detail/soft/direct.cuh).
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg, uint32_t n,

@@ -8,24 +8,10 @@ namespace dev {
 
 // ---- receive queue ----------------------------------------------------------------------
 
-/// Posts a receive of up to n buffers (n <= max_recv_sge) and updates the receive doorbell
-/// record (mlx5 has no receive doorbell beyond it). Thread scope, strong.
-/// A receive needs no buffer (sg = nullptr, n = 0; zero-length entries are skipped): it
-/// takes a WRITE_IMM, whose data goes where the writer said and whose completion carries
-/// the immediate and the byte count, or a zero-length SEND. A SEND with data into it fails
-/// as on a NIC: the receive completes with LOCAL_LENGTH_ERR, the SEND with
-/// REMOTE_INVAL_REQ_ERR, and both QPs go to ERROR.
-GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
-                                uint64_t timeout_ns = kWaitForever) {
-    if (qp.q.ctr == nullptr) return Status::InvalidArgument;  // default-constructed handle
-#if !GV_DEVICE_CODE
-    if (!qp.q.host_reachable) return Status::InvalidArgument;  // GPU-memory queues
-#endif
-    if (n > qp.q.max_recv_sge) return Status::InvalidArgument;
+/// Writes the receive WQE of up to n buffers (zero-length entries skipped, an end-of-list entry
+/// when there is room) at receive position pos.
+GV_HOST_DEVICE void build_recv_wqe(const QpHandle& qp, unsigned long long pos, const Sge* sg, uint32_t n) {
     const unsigned long long ring = 1ull << qp.q.rq_log_cnt;
-    unsigned long long pos;
-    Status st = ring_reserve(&qp.q.ctr->rq_reserved, &qp.q.ctr->rq_retired, 1, ring, qp.q.sys != 0, timeout_ns, &pos);
-    if (st != Status::Ok) return st;
     auto* ds = reinterpret_cast<mlx5_wqe_data_seg*>(qp.q.rq + ((pos & (ring - 1)) << qp.q.rq_log_stride));
     const uint32_t cap = (1u << qp.q.rq_log_stride) / 16;
     uint32_t k = 0;
@@ -34,19 +20,75 @@ GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
         mlx5::set_data_seg(&ds[k++], sg[i].length, sg[i].lkey, sg[i].addr);
     }
     if (k < cap) mlx5::set_data_seg(&ds[k], 0, MLX5_INVALID_LKEY, 0);  // end of list
-    publish_in_order(&qp.q.ctr->rq_ready, pos, pos + 1, qp.q.sys != 0);
-    // Monotonic receive doorbell record, as for the send queue.
-    mlx5::advance_dbrec(&qp.q.dbrec[MLX5_RCV_DBR], uint32_t(pos + 1), 16, qp.q.sys != 0);
+}
+
+/// The group leader's part of a receive post: after every earlier reservation, the group's
+/// receives become the published prefix (release: the members' WQE stores, ordered before by
+/// the group barrier, are visible to whoever acquires rq_ready), the receive doorbell record
+/// moves over them (monotonic, as for the send queue), and the backend hears of it once.
+GV_HOST_DEVICE void rq_publish_range(const QpHandle& qp, const Reservation& res) {
+    if (!res.total || res.status != Status::Ok) return;
+    const unsigned long long end = res.base + res.total;
+    publish_in_order(&qp.q.ctr->rq_ready, res.base, end, qp.q.sys != 0);
+    mlx5::advance_dbrec(&qp.q.dbrec[MLX5_RCV_DBR], uint32_t(end), 16, qp.q.sys != 0);
     detail::ring_recv(qp);
-    return Status::Ok;
+}
+
+/// Posts a receive of up to n buffers (n <= max_recv_sge) and updates the receive doorbell
+/// record (mlx5 has no receive doorbell beyond it). Strong: the library reserves the position.
+/// A receive needs no buffer (sg = nullptr, n = 0; zero-length entries are skipped): it
+/// takes a WRITE_IMM, whose data goes where the writer said and whose completion carries
+/// the immediate and the byte count, or a zero-length SEND. A SEND with data into it fails
+/// as on a NIC: the receive completes with LOCAL_LENGTH_ERR, the SEND with
+/// REMOTE_INVAL_REQ_ERR, and both QPs go to ERROR.
+/// Scope as for the sends (reserve_group): Thread (any threads, any time; the converged lanes
+/// of a warp that post receives on one QP together share one reservation and one publication),
+/// Warp (every lane of the warp calls), Block (every thread of the block calls). A group posts
+/// with one reservation, one in-order publication, one doorbell-record update and one ring,
+/// where one per receive made the threads of a block queue behind each other. Invalid
+/// arguments return InvalidArgument to the caller only; collective calls stay collective.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
+                                uint64_t timeout_ns = kWaitForever) {
+    // A default-constructed handle: every member of a collective call holds the same one.
+    if (qp.q.ctr == nullptr) return Status::InvalidArgument;
+#if !GV_DEVICE_CODE
+    static_assert(S == Scope::Thread, "CPU threads post at thread scope");
+    if (!qp.q.host_reachable) return Status::InvalidArgument;  // GPU-memory queues
+#endif
+    const bool valid = n <= qp.q.max_recv_sge;
+    Reservation res;
+    const Status st = reserve_group<S, true>(qp, valid ? 1u : 0u, &res, timeout_ns);
+    if (st == Status::Ok && valid) build_recv_wqe(qp, res.pos, sg, n);
+#if GV_DEVICE_CODE
+    if constexpr (S == Scope::Block) {
+        // The block barrier orders every thread's WQE stores before thread 0's release
+        // store (release is cumulative over what thread 0 observed through the barrier).
+        __syncthreads();
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) rq_publish_range(qp, res);
+        __syncthreads();
+    } else {
+        // Same reasoning with the warp barrier.
+        __syncwarp(res.mask);
+        uint32_t lane;
+        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+        if (lane == res.leader) rq_publish_range(qp, res);
+        __syncwarp(res.mask);
+    }
+#else
+    rq_publish_range(qp, res);
+#endif
+    if (!valid) return Status::InvalidArgument;
+    return st;
 }
 
 /// Posts a receive of one buffer (post_recv). recv(qp, nullptr, 0, 0): a receive without a
 /// buffer, for a WRITE_IMM's immediate.
+template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status recv(const QpHandle& qp, void* laddr, uint32_t len, uint32_t lkey,
                            uint64_t timeout_ns = kWaitForever) {
     Sge s{reinterpret_cast<uint64_t>(laddr), len, lkey};
-    return post_recv(qp, &s, 1, timeout_ns);
+    return post_recv<S>(qp, &s, 1, timeout_ns);
 }
 
 }  // namespace dev

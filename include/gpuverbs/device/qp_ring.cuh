@@ -99,11 +99,25 @@ GV_HOST_DEVICE void sq_publish(const QpHandle& qp, unsigned long long pos, uint3
                      last == ~0ull ? pos : last);
 }
 
-/// A send-queue reservation made by one thread, jointly by the converged lanes of a warp
+/// Reserves n receive WQEs; waits (up to timeout_ns) while the ring lacks room (receive
+/// completions must be polled for entries to be freed). On Timeout nothing is reserved.
+GV_HOST_DEVICE Status rq_reserve(const QpHandle& qp, uint32_t n, unsigned long long* pos, uint64_t timeout_ns) {
+    return ring_reserve(&qp.q.ctr->rq_reserved, &qp.q.ctr->rq_retired, n, 1ull << qp.q.rq_log_cnt, qp.q.sys != 0,
+                        timeout_ns, pos);
+}
+
+/// sq_reserve or rq_reserve.
+template <bool kRecv>
+GV_HOST_DEVICE Status ring_reserve_of(const QpHandle& qp, uint32_t n, unsigned long long* pos, uint64_t timeout_ns) {
+    if constexpr (kRecv) return rq_reserve(qp, n, pos, timeout_ns);
+    else return sq_reserve(qp, n, pos, timeout_ns);
+}
+
+/// A send- or receive-queue reservation made by one thread, jointly by the converged lanes of a warp
 /// posting to the same QP, or by a whole block (one atomic and one publication for all).
 struct Reservation {
-    unsigned long long pos;   ///< this thread's first WQEBB
-    unsigned long long base;  ///< the group's first WQEBB
+    unsigned long long pos;   ///< this thread's first WQEBB (receive ring: its entry)
+    unsigned long long base;  ///< the group's first WQEBB (entry)
     unsigned long long last;  ///< position of the group's last WQE
     uint32_t total;           ///< WQEBBs of the whole group (0: nothing to publish)
     uint32_t mask;            ///< lanes of the group (warp form), 0 otherwise
@@ -111,17 +125,17 @@ struct Reservation {
     Status status;            ///< Ok, or why nothing was reserved (same for the group)
 };
 
-/// Reserves `bbs` WQEBBs for the calling thread (bbs may be 0: the thread takes part in a
-/// collective reservation without posting).
+/// Reserves `bbs` entries of the send ring (WQEBBs) or, with kRecv, of the receive ring
+/// (receive WQEs) for the calling thread (bbs may be 0: the thread takes part in a collective
+/// reservation without posting).
 ///  - Thread / Warp scope: the converged lanes of a warp that reserve on the same QP at the
 ///    same time share one reservation (warp aggregation), ranks ordered by lane. Warp scope
 ///    additionally promises that every lane of the warp calls.
 ///  - Block scope: every thread of the block calls; thread 0 reserves for all, ranks ordered
 ///    by linear thread index.
 /// Waits up to timeout_ns for room; on Timeout nothing is reserved, for any member.
-template <Scope S = Scope::Thread>
-GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res,
-                                       uint64_t timeout_ns) {
+template <Scope S = Scope::Thread, bool kRecv = false>
+GV_HOST_DEVICE Status reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res, uint64_t timeout_ns) {
     if (qp.q.ctr == nullptr) {  // a default-constructed handle: uniform across any group
         *res = Reservation{};
         res->status = Status::InvalidArgument;
@@ -155,7 +169,7 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
             }
             blk_total = run;
             unsigned long long b = 0;
-            blk_st = run ? int(sq_reserve(qp, run, &b, timeout_ns)) : int(Status::Ok);
+            blk_st = run ? int(ring_reserve_of<kRecv>(qp, run, &b, timeout_ns)) : int(Status::Ok);
             blk_base = b;
         }
         __syncthreads();
@@ -181,7 +195,7 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
         last_off = grp.shfl(last_off, last_rank);
         unsigned long long base = 0;
         int st = int(Status::Ok);
-        if (grp.thread_rank() == 0 && total) st = int(sq_reserve(qp, total, &base, timeout_ns));
+        if (grp.thread_rank() == 0 && total) st = int(ring_reserve_of<kRecv>(qp, total, &base, timeout_ns));
         st = grp.shfl(st, 0);
         base = grp.shfl(base, 0);
         res->pos = base + excl;
@@ -204,10 +218,16 @@ GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reserva
     res->leader = 0;
     res->total = bbs;
     res->pos = 0;
-    res->status = bbs ? sq_reserve(qp, bbs, &res->pos, timeout_ns) : Status::Ok;
+    res->status = bbs ? ring_reserve_of<kRecv>(qp, bbs, &res->pos, timeout_ns) : Status::Ok;
     res->base = res->last = res->pos;
     return res->status;
 #endif
+}
+
+/// reserve_group on the send ring: `bbs` WQEBBs.
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE Status sq_reserve_group(const QpHandle& qp, uint32_t bbs, Reservation* res, uint64_t timeout_ns) {
+    return reserve_group<S, false>(qp, bbs, res, timeout_ns);
 }
 
 /// The group leader's part of publication: after every earlier reservation, the group's

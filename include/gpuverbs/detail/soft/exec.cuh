@@ -296,10 +296,8 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
                         load_batch(q, lc, pub, kFirst ? &first : nullptr);
                         if (kFirst) loaded = &first;
                     }
-                    if (try_fast && next_published(lc)) {
-                        fast_run(q, lc, loaded);
-                        if (next_published(lc)) fast_send_run(q, lc);
-                    }
+                    if (try_fast && next_published(lc) && fast_run(q, lc, loaded) && next_published(lc))
+                        fast_send_run(q, lc);
                     act = prepare(q, lc, p);
                     if (act != kExecute) break;
                     const uint64_t bytes = plan_bytes(p);

@@ -135,7 +135,8 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 
 /// Executes the WQEs at sq_ci while they are of the common kind (above), and returns at the
 /// first that is not, or when none is left. The group's leader, holding the QP's lock, after
-/// next_published() found work.
+/// next_published() found work. Returns true when it stopped at a SEND (for fast_send_run:
+/// whoever stops at anything else saves that loop its load of the WQE).
 ///
 /// It is inlined into every kernel that drains, the users' own included (through progress()),
 /// so its registers count against their block sizes. It works on the leader cache itself (the
@@ -146,16 +147,17 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
 /// Per WQE it issues the next published WQE's loads before it copies this one. first: the
 /// units of the WQE at lc.ci when load_batch loaded them already, else null.
-GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr) {
+GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
-    if (lc.pending == 0 || !sends_allowed(lc.state)) return;
+    if (lc.pending == 0 || !sends_allowed(lc.state)) return false;
     const QpConfig& cfg = lc.cfg;
     const bool foreign = remote_foreign(cfg);
     unsigned long long ci = lc.ci;
     uint32_t pending = lc.pending;
     const FastRing ring = fast_ring(lc);
     bool lost = false;
+    bool at_send = false;
     FastWqe cur = first ? *first : ring.load(ci);
     // The shape of the last WQE that passed the checks below (shaped), as loaded: unit 0 without
     // the WQE index and the signal bit (opcode, QP, ds, fence bits, immediate), the rkey, the
@@ -196,8 +198,10 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
             // check_header and check_ctrl: one WQEBB (published: pending >= 1), its own position
             // and QP. check_body for ds 3: a raddr segment and one data or inline segment.
             if ((c.opcode != MLX5_OPCODE_RDMA_WRITE && !is_read) || c.ds != 3 || c.wqe_index != uint16_t(ci) ||
-                c.qpn != cfg.qpn)
+                c.qpn != cfg.qpn) {
+                at_send = c.opcode == MLX5_OPCODE_SEND;
                 break;
+            }
             const mlx5::RaddrFields ra = mlx5::read_raddr_seg(reinterpret_cast<const mlx5_wqe_raddr_seg*>(&cur.u[1]));
             const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&cur.u[2]));
             GV_EXEC_STAMP(kStampChecked);
@@ -281,6 +285,7 @@ GV_HOST_DEVICE void fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         enter_error(q, uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.state = QpState::Error;
     }
+    return at_send;
 }
 
 /// Executes the small SENDs at sq_ci (one data segment of at most kFastBytes bytes, into a
@@ -321,7 +326,9 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         uint32_t rsys = 0;
         const uint64_t rp = mr_resolve_cached(v.mrs, lc.remote, rd.lkey, v.pd, rd.addr, len, kLocalWrite, &rsys,
                                               v.mrs.owner != cfg.local_mrs.owner);
-        if (!rp || !claim_receive(q, r, rc, v.scope)) return;
+        // As in fast_run: a copy of more than one round between ranges that share a byte is
+        // left to prepare() (a loopback SEND whose receive buffer overlaps its source).
+        if (!rp || (len > kFastChunk && fast_overlap(lp, rp, len)) || !claim_receive(q, r, rc, v.scope)) return;
         sys |= rsys;
         fast_copy(rp, lp, len);
         // RC ordering, as in drain(): the SEND's bytes before its completions and before any byte
