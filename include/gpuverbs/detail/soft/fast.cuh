@@ -36,6 +36,21 @@ inline constexpr uint64_t kFastBytes = 128;
 /// (ptxas, sm_90): every kernel that commits inlines this.
 inline constexpr uint64_t kFastChunk = 32;
 
+/// Bytes a SEND on the fast path (fast_send_run) may move: one round of the copy. Up to
+/// kFastBytes, the SENDs of 33-128 bytes lost where the sending block had 256 threads (H200,
+/// session 19, 64 QPs: 64 B 9.9 -> 6.6 M msg/s, 128 B 9.0 -> 4.5 M), though they gained in
+/// blocks of 32 and 64 threads (64 B: 9.5 -> 12.7 M, one QP 0.16 -> 0.20 M). Why is not known;
+/// until it is, those SENDs take prepare(), as before.
+inline constexpr uint64_t kFastSendBytes = kFastChunk;
+
+/// The most bytes a WQE of this opcode may move on the fast path: 0 for an opcode it does not
+/// take (drain() then offers it the next WQE only after a WQE it would take).
+GV_HOST_DEVICE uint64_t fast_bytes_of(uint32_t opcode) {
+    return opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_READ ? kFastBytes
+           : opcode == MLX5_OPCODE_SEND                                         ? kFastSendBytes
+                                                                                : 0;
+}
+
 /// Whether [a, a + len) and [b, b + len) share a byte. A copy of more than kFastChunk bytes between
 /// such ranges is left to prepare(), whose one-thread copy takes 64 bytes per round: in chunks of
 /// 32 the bytes that land could differ.
@@ -288,7 +303,7 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
     return at_send;
 }
 
-/// Executes the small SENDs at sq_ci (one data segment of at most kFastBytes bytes, into a
+/// Executes the small SENDs at sq_ci (one data segment of at most kFastSendBytes bytes, into a
 /// receive whose first entry takes the message whole) and returns at the first WQE that is not
 /// one, or when none is left. The group's leader, holding the QP's lock, after fast_run(). A loop
 /// of its own, not a case of fast_run's: inside fast_run's loop (with its next WQE's units and
@@ -299,6 +314,9 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
 /// first entry's region) and the claim of the receive last, so that a WQE left to prepare()
 /// finds everything as it was; then the copy, the fence and complete(), as for any WQE that
 /// consumed a receive.
+static_assert(kFastSendBytes <= kFastChunk,
+              "fast_send_run copies in one round (every load before the first store): a source and "
+              "receive buffer that overlap then need no check, as in prepare()'s one-thread copy");
 GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
     if (lc.pending == 0 || !sends_allowed(lc.state) || !lc.peer_up) return;
     const QpConfig& cfg = lc.cfg;
@@ -311,7 +329,7 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&cur.u[1]));
         if (d.byte_count & MLX5_INLINE_SEG) return;
         const uint32_t len = d.byte_count;
-        if (len == 0 || len > kFastBytes) return;
+        if (len == 0 || len > kFastSendBytes) return;
         mr_prefetch(cfg.local_mrs, lc.local, d.lkey, cfg.pd, false);
         if (!lc.peer_up) return;
         uint32_t sys = lc.scope;
@@ -326,9 +344,7 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         uint32_t rsys = 0;
         const uint64_t rp = mr_resolve_cached(v.mrs, lc.remote, rd.lkey, v.pd, rd.addr, len, kLocalWrite, &rsys,
                                               v.mrs.owner != cfg.local_mrs.owner);
-        // As in fast_run: a copy of more than one round between ranges that share a byte is
-        // left to prepare() (a loopback SEND whose receive buffer overlaps its source).
-        if (!rp || (len > kFastChunk && fast_overlap(lp, rp, len)) || !claim_receive(q, r, rc, v.scope)) return;
+        if (!rp || !claim_receive(q, r, rc, v.scope)) return;
         sys |= rsys;
         fast_copy(rp, lp, len);
         // RC ordering, as in drain(): the SEND's bytes before its completions and before any byte
