@@ -337,8 +337,8 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         if (!lp) return;
         QpContext* const r = lc.r;
         const RqView v = rq_view(r);
-        unsigned long long rc = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
-        if (receives_posted(v, rc) == 0) return;  // the RNR rules: prepare()
+        unsigned long long rc;
+        if (!peek_receive(r, v, &rc)) return;  // none posted, the RNR rules: prepare()
         const mlx5::DataFields rd = mlx5::read_data_seg(rq_wqe(v, rc));
         if (rd.lkey == MLX5_INVALID_LKEY || mlx5::data_len(rd.byte_count) < len) return;
         uint32_t rsys = 0;
