@@ -50,34 +50,15 @@ GV_HOST_DEVICE void rq_publish_range(const QpHandle& qp, const Reservation& res)
 template <Scope S = Scope::Thread>
 GV_HOST_DEVICE Status post_recv(const QpHandle& qp, const Sge* sg, uint32_t n,
                                 uint64_t timeout_ns = kWaitForever) {
-    // A default-constructed handle: every member of a collective call holds the same one.
+    // A default-constructed handle: every member of a collective call holds the same one, and
+    // reserve_group forms no group for it (no lane mask to publish with).
     if (qp.q.ctr == nullptr) return Status::InvalidArgument;
-#if !GV_DEVICE_CODE
-    static_assert(S == Scope::Thread, "CPU threads post at thread scope");
-    if (!qp.q.host_reachable) return Status::InvalidArgument;  // GPU-memory queues
-#endif
+    // reserve_group also refuses a CPU thread's post on GPU-memory queues (InvalidArgument).
     const bool valid = n <= qp.q.max_recv_sge;
     Reservation res;
     const Status st = reserve_group<S, true>(qp, valid ? 1u : 0u, &res, timeout_ns);
     if (st == Status::Ok && valid) build_recv_wqe(qp, res.pos, sg, n);
-#if GV_DEVICE_CODE
-    if constexpr (S == Scope::Block) {
-        // The block barrier orders every thread's WQE stores before thread 0's release
-        // store (release is cumulative over what thread 0 observed through the barrier).
-        __syncthreads();
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) rq_publish_range(qp, res);
-        __syncthreads();
-    } else {
-        // Same reasoning with the warp barrier.
-        __syncwarp(res.mask);
-        uint32_t lane;
-        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-        if (lane == res.leader) rq_publish_range(qp, res);
-        __syncwarp(res.mask);
-    }
-#else
-    rq_publish_range(qp, res);
-#endif
+    publish_group<S>(res, [&] { rq_publish_range(qp, res); });
     if (!valid) return Status::InvalidArgument;
     return st;
 }

@@ -237,28 +237,42 @@ GV_HOST_DEVICE void sq_publish_range(const QpHandle& qp, const Reservation& res)
     if (res.total && res.status == Status::Ok) sq_publish(qp, res.base, res.total, res.last);
 }
 
-/// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
-/// published (so a commit by any member includes them). Collective like the reservation.
-template <Scope S = Scope::Thread>
-GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res) {
+/// The group's publication of a reservation (send or receive ring): once every member wrote
+/// its entries, the group's leader runs lead() (its release publishes them), and every member
+/// returns after it. Collective like the reservation; a CPU thread is its own group.
+template <Scope S, typename F>
+GV_HOST_DEVICE void publish_group(const Reservation& res, F&& lead) {
 #if GV_DEVICE_CODE
     if constexpr (S == Scope::Block) {
-        // The block barrier orders every thread's WQE stores before thread 0's release
-        // store (release is cumulative over what thread 0 observed through the barrier).
+        // The block barrier orders every thread's stores before thread 0's release store
+        // (release is cumulative over what thread 0 observed through the barrier).
         __syncthreads();
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) sq_publish_range(qp, res);
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) lead();
         __syncthreads();
     } else {
+        // No group was formed (a default-constructed handle: reserve_group returned before it
+        // matched lanes): nothing to publish, and a barrier over the empty mask 0 would be
+        // undefined (the calling lane is not in it).
+        if (res.mask == 0) return;
         // Same reasoning with the warp barrier.
         __syncwarp(res.mask);
         uint32_t lane;
         asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-        if (lane == res.leader) sq_publish_range(qp, res);
+        if (lane == res.leader) lead();
         __syncwarp(res.mask);
     }
 #else
-    if (res.total && res.status == Status::Ok) sq_publish(qp, res.pos, res.total);
+    (void)res;
+    lead();
 #endif
+}
+
+/// Publishes a reservation once every member wrote its WQE; returns when the WQEs are
+/// published (so a commit by any member includes them). Collective like the reservation.
+/// (On a CPU thread base is pos and last is pos: sq_publish_range publishes [pos, pos + total).)
+template <Scope S = Scope::Thread>
+GV_HOST_DEVICE void sq_publish_group(const QpHandle& qp, const Reservation& res) {
+    publish_group<S>(res, [&] { sq_publish_range(qp, res); });
 }
 
 GV_HOST_DEVICE uint8_t fm_ce_se(uint32_t flags) {
