@@ -8,7 +8,10 @@
 //   - a completion lost to a full CQ while the next WQE was already planned: the QP goes to
 //     ERROR, and that WQE and every later one must be flushed with no byte written;
 //   - chained WQEs (the next one handed out before the barrier that ends the current one):
-//     a poller sees WQE i-1 whole whenever it sees WQE i's last word.
+//     a poller sees WQE i-1 whole whenever it sees WQE i's last word;
+//   - SENDs planned ahead: each receive completion, taken as it comes, finds its SEND's bytes
+//     whole; a receive completion lost to a full CQ stops the SENDs behind it (the receiver and
+//     then the sender go to ERROR, and nothing of the later SENDs lands).
 // The kernels declare __launch_bounds__(512): a kernel that commits at block scope with 512
 // threads needs it (docs/execution-model.md, "Registers").
 #include "gpu/gpu_verbs_util.cuh"
@@ -314,7 +317,188 @@ void run_chain_order(uint32_t T, uint32_t rounds) {
     EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
 }
 
+// A SEND's receive completion comes after its data, in SENDs planned ahead (more than 128 bytes
+// and at most kSendAheadBytes, from a block of 256 or more: the leader plans SEND i+1 and peeks
+// at its receive while the group copies SEND i, and writes SEND i's receive completion after
+// the group's barrier; a change that chains SENDs, writing that completion while the group
+// copies SEND i+1, must keep this). Block 1 posts one receive per thread per round (block scope: receive i is
+// slot i) and takes the round's receive completions one at a time: completion i must name
+// receive i and kChainBytes, and find SEND i's bytes whole (this round's words, not the last
+// round's): a completion written before its data would show old words. Block 0 sends once the
+// round's receives are posted, every SEND unsignaled but the round's last.
+__global__ void __launch_bounds__(512) send_chain_kernel(dev::QpHandle a, dev::QpHandle b, uint8_t* src, uint8_t* dst,
+                                                         uint32_t lkey, uint32_t rounds, uint32_t* posted,
+                                                         unsigned long long* errors) {
+    constexpr uint32_t kWords = kChainBytes / 8;
+    static_assert(kWords <= 256, "one word per checking thread");
+    const uint32_t t = threadIdx.x, n = blockDim.x;
+    __shared__ Completion c;
+    __shared__ uint32_t stop;
+    if (t == 0) stop = 0;
+    __syncthreads();
+    for (uint32_t r = 1; r <= rounds; ++r) {
+        if (blockIdx.x == 0) {
+            auto* mine = reinterpret_cast<uint64_t*>(src + size_t(t) * kChainBytes);
+            for (uint32_t w = 0; w < kWords; ++w) mine[w] = chain_word(r, t, w);
+            if (t == 0 && !gvtest::wait_at_least<uint32_t>(posted, r, kWait)) {
+                atomicAdd(errors, 1ull << 48);
+                stop = 1;
+            }
+            __syncthreads();
+            if (stop) return;
+            Status st = dev::send<Scope::Block>(a, mine, kChainBytes, lkey, t == n - 1 ? kSignaled : 0u, kWait);
+            if (st == Status::Ok) st = dev::commit<Scope::Block>(a);
+            if (st != Status::Ok) atomicAdd(errors, 1ull << 32);
+            if (t == 0 && dev::wait_send(a, 1, nullptr, kWait) != Status::Ok) atomicAdd(errors, 1ull << 40);
+            __syncthreads();
+        } else {
+            if (dev::recv<Scope::Block>(b, dst + size_t(t) * kChainBytes, kChainBytes, lkey, kWait) != Status::Ok)
+                atomicAdd(errors, 1ull << 32);
+            __syncthreads();
+            if (t == 0) atom::store_release(posted, r);
+            for (uint32_t i = 0; i < n; ++i) {
+                if (t == 0) {
+                    Completion got{};
+                    if (dev::wait_recv(b, 1, &got, kWait) != Status::Ok) {
+                        atomicAdd(errors, 1ull << 56);
+                        stop = 1;
+                    }
+                    c = got;
+                }
+                __syncthreads();
+                if (stop) return;
+                if (c.status != 0 || c.byte_len != kChainBytes || c.wqe_counter != uint16_t((r - 1) * n + i)) {
+                    if (t == 0) atomicAdd(errors, 1ull << 24);
+                } else if (t < kWords) {
+                    const volatile uint64_t* m = reinterpret_cast<const uint64_t*>(dst + size_t(i) * kChainBytes);
+                    if (m[t] != chain_word(r, i, t)) atomicAdd(errors, 1);
+                }
+                __syncthreads();
+            }
+        }
+    }
+}
+
+void run_send_chain(uint32_t T, uint32_t rounds) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    o.rq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    // One region (one lkey) for the sources and the receive buffers.
+    const size_t half = size_t(T) * kChainBytes;
+    DevBuf mem(2 * half), aux(64);
+    ASSERT_TRUE(mem.p && aux.p);
+    MemoryRegion mr(p.pd, mem.p, mem.n, kAllAccess);
+    CUDA_OK(cudaMemset(mem.p, 0, mem.n));
+    CUDA_OK(cudaMemset(aux.p, 0, aux.n));
+    auto* posted = aux.get<uint32_t>();
+    auto* errors = reinterpret_cast<unsigned long long*>(aux.get<uint8_t>() + 8);
+    send_chain_kernel<<<2, T>>>(p.h(0), p.h(1), mem.get(), mem.get() + half, mr.lkey(), rounds, posted, errors);
+    LAUNCH_OK();
+    const unsigned long long e = d2h<unsigned long long>(errors, 1)[0];
+    EXPECT_EQ(e & 0xffffffull, 0u) << "words of SEND i not landed when its receive completion was seen";
+    EXPECT_EQ((e >> 24) & 0xff, 0u) << "receive completions that were not receive i's success of " << kChainBytes
+                                    << " bytes";
+    EXPECT_EQ(e >> 32, 0u) << "post/commit failures: " << ((e >> 32) & 0xff) << ", wait_send: " << ((e >> 40) & 0xff)
+                           << ", sender's waits for the receives: " << ((e >> 48) & 0xff)
+                           << ", wait_recv: " << (e >> 56);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+}
+
+// A receive completion lost to a full CQ while the next SEND was planned ahead (its receive
+// peeked at, not claimed: the plan is dropped when the completion moves a QP to ERROR). Every thread
+// posts a receive, then an unsignaled SEND of len bytes; one block commit. The receiver's CQ
+// holds depth completions, and nobody polls it during the commit: SENDs 0..depth-1 complete,
+// SEND depth lands but its completion is lost (the receiver goes to ERROR), SEND depth+1 finds
+// no receiver (transport retries exceeded: the sender goes to ERROR) and every later one
+// flushes; not one byte of theirs may land.
+__global__ void __launch_bounds__(512) lost_recv_kernel(dev::QpHandle a, dev::QpHandle b, const uint8_t* src,
+                                                        uint8_t* dst, uint32_t len, uint32_t slkey, uint32_t dlkey,
+                                                        uint32_t depth, Completion* scqes, uint32_t* out) {
+    const uint32_t t = threadIdx.x, T = blockDim.x;
+    if (dev::recv<Scope::Block>(b, dst + size_t(t) * len, len, dlkey, kWait) != Status::Ok) atomicAdd(&out[0], 1u);
+    if (dev::send<Scope::Block>(a, src + size_t(t) * len, len, slkey, 0u, kWait) != Status::Ok) atomicAdd(&out[0], 1u);
+    const Status cs = dev::commit<Scope::Block>(a);
+    if (t == 0) {
+        out[1] = uint32_t(cs);
+        Completion rc[8];
+        out[2] = uint32_t(dev::wait_recv(b, depth, rc, kWait, &out[3]));
+        for (uint32_t i = 0; i < depth && i < 8; ++i)
+            if (rc[i].status != 0 || rc[i].wqe_counter != i || rc[i].byte_len != len) atomicAdd(&out[4], 1u);
+        out[5] = uint32_t(dev::wait_recv(b, 1, nullptr, kWait));
+        out[6] = uint32_t(dev::wait_send(a, T - depth - 1, scqes, kWait, &out[7]));
+    }
+}
+
+void run_lost_recv(uint32_t T, uint32_t len) {
+    Context ctx = gvtest::gpu_ctx();
+    ProtectionDomain pd(ctx);
+    CompletionQueue big(ctx, CqOptions{1024}), small(ctx, CqOptions{4});
+    const uint32_t depth = small.depth();
+    ASSERT_LE(depth, 8u);
+    QpOptions o;
+    o.sq_depth = 1024;
+    o.rq_depth = 1024;
+    o.send_cq = o.recv_cq = &big;
+    QueuePair qa(pd, o);
+    o.recv_cq = &small;
+    QueuePair qb(pd, o);
+    qa.connect(qb.endpoint());
+    qb.connect(qa.endpoint());
+    const size_t n = size_t(T) * len;
+    DevBuf src(n), dst(n), out(64), scqes(T * sizeof(Completion));
+    ASSERT_TRUE(src.p && dst.p && out.p && scqes.p);
+    MemoryRegion mr_src(pd, src.p, n, kLocalWrite), mr_dst(pd, dst.p, n, kAllAccess);
+    std::vector<uint8_t> hsrc(n);
+    gvtest::fill_random(hsrc.data(), n, T + len + 7);
+    h2d(src.p, hsrc.data(), n);
+    CUDA_OK(cudaMemset(dst.p, kGuard, n));
+    CUDA_OK(cudaMemset(out.p, 0, out.n));
+    lost_recv_kernel<<<1, T>>>(qa.device_handle(), qb.device_handle(), src.get(), dst.get(), len, mr_src.lkey(),
+                               mr_dst.lkey(), depth, scqes.get<Completion>(), out.get<uint32_t>());
+    LAUNCH_OK();
+    const auto res = d2h<uint32_t>(out.p, 8);
+    EXPECT_EQ(res[0], 0u) << "posts that failed";
+    EXPECT_EQ(Status(res[1]), Status::QpError) << "the commit's status";
+    EXPECT_EQ(Status(res[2]), Status::Ok) << "wait_recv for the " << depth << " completions (polled " << res[3] << ")";
+    EXPECT_EQ(res[4], 0u) << "receive completions that were not receive i's success of " << len << " bytes";
+    EXPECT_EQ(Status(res[5]), Status::CqOverrun) << "wait_recv after them";
+    EXPECT_EQ(Status(res[6]), Status::CompletionError) << "wait_send (polled " << res[7] << ")";
+    ASSERT_EQ(res[7], T - depth - 1);
+    const auto sc = d2h<Completion>(scqes.p, T - depth - 1);
+    EXPECT_EQ(sc[0].wqe_counter, depth + 1);
+    EXPECT_EQ(sc[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR) << "the SEND after the lost completion";
+    for (uint32_t i = 1; i < sc.size(); ++i) {
+        EXPECT_EQ(sc[i].wqe_counter, depth + 1 + i);
+        ASSERT_EQ(sc[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << "SEND " << depth + 1 + i;
+    }
+    EXPECT_EQ(qa.state(), QpState::Error);
+    EXPECT_EQ(qb.state(), QpState::Error);
+    const auto got = d2h(dst.p, n);
+    for (uint32_t s = 0; s <= depth; ++s)
+        ASSERT_EQ(std::memcmp(&got[size_t(s) * len], &hsrc[size_t(s) * len], len), 0) << "SEND " << s << " did not land";
+    for (uint32_t s = depth + 1; s < T; ++s)
+        for (size_t i = 0; i < len; ++i)
+            ASSERT_EQ(got[size_t(s) * len + i], kGuard) << "SEND " << s << " (not executed) wrote byte " << i;
+}
+
 }  // namespace
+
+TEST(GpuPlanAhead, SendsCompleteAfterTheirDataBlockOf256) {
+    GV_SKIP_WITHOUT_GPU();
+    run_send_chain(256, 40);
+}
+
+TEST(GpuPlanAhead, SendsCompleteAfterTheirDataBlockOf512) {
+    GV_SKIP_WITHOUT_GPU();
+    run_send_chain(512, 20);
+}
+
+TEST(GpuPlanAhead, LostReceiveCompletionStopsTheSendsPlannedAhead) {
+    GV_SKIP_WITHOUT_GPU();
+    run_lost_recv(256, 4 << 10);
+}
 
 TEST(GpuPlanAhead, MixedOpsBlockOf512) {
     GV_SKIP_WITHOUT_GPU();
