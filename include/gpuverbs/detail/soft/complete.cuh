@@ -10,13 +10,20 @@ namespace gv::detail::soft {
 
 // ---- complete -----------------------------------------------------------------------
 
+/// Where a receive's completion goes: the receiving QP's number and its receive CQ.
+struct RespTarget {
+    uint32_t qpn;
+    CqState* rcq;
+};
+
 /// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
 /// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
-/// Returns true when that moved the peer to ERROR.
-GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o) {
+/// Returns true when that moved the peer to ERROR. t: the peer's QPN and receive CQ when the
+/// caller has them at hand (fast_send_run), else null: loaded here.
+GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t) {
     QpContext* r = lc.r;
     mlx5::CqeFields f{};
-    f.qpn = r->qpn;
+    f.qpn = t ? t->qpn : r->qpn;
     f.rqpn = q->qpn;
     f.wqe_counter = o.rq_index;
     if (o.resp_syndrome) {
@@ -27,7 +34,7 @@ GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outc
         f.byte_cnt = o.byte_len;
         f.imm_be = o.imm_be;
     }
-    if (!cq_push(r->rcq, f) || o.resp_syndrome) {
+    if (!cq_push(t ? t->rcq : r->rcq, f) || o.resp_syndrome) {
         enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.peer_up = false;
         return true;
@@ -88,9 +95,10 @@ GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
 /// Completes a WQE that advance() stepped past, after the group copied its data: CQEs, sq_ci,
 /// and ERROR for a failed WQE or a lost completion. Leader only. Returns true when that moved
 /// either QP to ERROR (what the leader read of them at the start of the drain is then stale).
-GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o) {
+/// t: as complete_responder's.
+GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t = nullptr) {
     bool moved = false;
-    if (o.resp_kind && lc.r) moved = complete_responder(q, lc, o);
+    if (o.resp_kind && lc.r) moved = complete_responder(q, lc, o, t);
     // A request the responder refused (NAK) without consuming a receive (complete_responder
     // handled those, with their error CQE): the responder QP goes to ERROR too
     // (responder_refused says why). Its syndrome is the NAK's; its receives flush.

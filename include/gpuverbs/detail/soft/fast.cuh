@@ -317,13 +317,32 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
 static_assert(kFastSendBytes <= kFastChunk,
               "fast_send_run copies in one round (every load before the first store): a source and "
               "receive buffer that overlap then need no check, as in prepare()'s one-thread copy");
+///
+/// The peer's receive side: its configuration (rq_view, static while the QP is connected), its
+/// QPN and receive CQ are loaded with each WQE, so that their loads overlap the WQE's; where its
+/// receive queue stands (rc) and how many receives past it its record showed (posted, read with
+/// acquire: their WQEs are visible) are kept for the run. Only this QP's executor (the lock
+/// holder) and the peer's own flushes in ERROR move the peer's rq_ci, and the claim's CAS
+/// checks it, so a flush meanwhile ends the run there and prepare() takes the SEND; the record
+/// is read again only when the receives it showed are used up. Per 8-byte SEND in a long run
+/// this leaves out rq_ci's load, the record's acquire, and a round of loads each for the view
+/// and for the peer's QPN and CQ in complete(): about four of the dozen dependent device-memory
+/// operations it was (H200, session 20, call 3: 64 QPs x 256 threads, 16.6 -> 20.9 M msg/s).
+/// Kept in registers across the loop: rc, posted; the view, loaded whole before the loop, cost
+/// the 512-thread block-commit kernel 216 bytes of spills and its 4 KiB WRITEs 3%.
 GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
     if (lc.pending == 0 || !sends_allowed(lc.state) || !lc.peer_up) return;
     const QpConfig& cfg = lc.cfg;
     const FastRing ring = fast_ring(lc);
+    QpContext* const r = lc.r;
+    unsigned long long rc = 0;  // the peer's rq_ci as this run moves it, once read
+    uint32_t posted = 0;        // receives known posted from rc on
+    bool have_rc = false;
     while (lc.pending) {
         const unsigned long long ci = lc.ci;
         const FastWqe cur = ring.load(ci);
+        const RqView v = rq_view(r);
+        const RespTarget to{r->qpn, r->rcq};
         const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
         if (c.opcode != MLX5_OPCODE_SEND || c.ds != 2 || c.wqe_index != uint16_t(ci) || c.qpn != cfg.qpn) return;
         const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&cur.u[1]));
@@ -335,16 +354,18 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         uint32_t sys = lc.scope;
         const uint64_t lp = mr_check(lc.local, d.addr, len, 0u, nullptr);
         if (!lp) return;
-        QpContext* const r = lc.r;
-        const RqView v = rq_view(r);
-        unsigned long long rc;
-        if (!peek_receive(r, v, &rc)) return;  // none posted, the RNR rules: prepare()
+        if (!have_rc) {
+            rc = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
+            have_rc = true;
+        }
+        if (posted == 0 && (posted = receives_posted(v, rc)) == 0) return;  // none: the RNR rules, prepare()
         const mlx5::DataFields rd = mlx5::read_data_seg(rq_wqe(v, rc));
         if (rd.lkey == MLX5_INVALID_LKEY || mlx5::data_len(rd.byte_count) < len) return;
         uint32_t rsys = 0;
         const uint64_t rp = mr_resolve_cached(v.mrs, lc.remote, rd.lkey, v.pd, rd.addr, len, kLocalWrite, &rsys,
                                               v.mrs.owner != cfg.local_mrs.owner);
-        if (!rp || !claim_receive(q, r, rc, v.scope)) return;
+        unsigned long long seen = rc;  // claim_receive leaves the rq_ci it found here
+        if (!rp || !claim_receive(q, r, seen, v.scope)) return;
         sys |= rsys;
         fast_copy(rp, lp, len);
         // RC ordering, as in drain(): the SEND's bytes before its completions and before any byte
@@ -359,8 +380,10 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         o.byte_len = len;
         o.rq_index = uint16_t(rc);
         o.resp_kind = MLX5_CQE_RESP_SEND;
+        ++rc;
+        --posted;
         advance(lc, o);
-        if (complete(q, lc, o)) return;
+        if (complete(q, lc, o, &to)) return;
     }
 }
 
