@@ -19,8 +19,10 @@ enum ExecStamp : int {
     kStampChecked,      ///< the WQE read and its header and body checked
     kStampLocal,        ///< the local side's memory regions resolved
     kStampRemote,       ///< the peer's memory region resolved, copies planned
+    kStampReceive,      ///< a SEND's: the peer's receive taken (or peeked at) and its scatter planned
     kStampCopied,       ///< the bytes copied
     kStampFenced,       ///< the release fence after the copy
+    kStampRespCqe,      ///< a SEND's: the peer's receive CQE written (slot, consumer index, CQE)
     kStampCqe,          ///< the requester's CQE written (slot, consumer index, CQE)
     kStampFinished,     ///< sq_ci advanced
     kStampDrained,      ///< drain() found nothing more

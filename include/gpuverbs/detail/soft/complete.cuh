@@ -98,7 +98,10 @@ GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
 /// t: as complete_responder's.
 GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t = nullptr) {
     bool moved = false;
-    if (o.resp_kind && lc.r) moved = complete_responder(q, lc, o, t);
+    if (o.resp_kind && lc.r) {
+        moved = complete_responder(q, lc, o, t);
+        GV_EXEC_STAMP(kStampRespCqe);
+    }
     // A request the responder refused (NAK) without consuming a receive (complete_responder
     // handled those, with their error CQE): the responder QP goes to ERROR too
     // (responder_refused says why). Its syndrome is the NAK's; its receives flush.

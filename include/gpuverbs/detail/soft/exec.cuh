@@ -151,6 +151,7 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned
         if (mlx5::is_send(op)) {
             if (uint8_t s = plan_scatter(lc, rv, rc, g, p, o)) return fail(s);
         }
+        GV_EXEC_STAMP(kStampReceive);
     }
     p.out = o;
     return kExecute;

@@ -349,11 +349,13 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         if (d.byte_count & MLX5_INLINE_SEG) return;
         const uint32_t len = d.byte_count;
         if (len == 0 || len > kFastSendBytes) return;
+        GV_EXEC_STAMP(kStampChecked);
         mr_prefetch(cfg.local_mrs, lc.local, d.lkey, cfg.pd, false);
         if (!lc.peer_up) return;
         uint32_t sys = lc.scope;
         const uint64_t lp = mr_check(lc.local, d.addr, len, 0u, nullptr);
         if (!lp) return;
+        GV_EXEC_STAMP(kStampLocal);
         if (!have_rc) {
             rc = atom::load_relaxed(&r->rq_ci, v.scope != kScopeGpu);
             have_rc = true;
@@ -366,11 +368,14 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
                                               v.mrs.owner != cfg.local_mrs.owner);
         unsigned long long seen = rc;  // claim_receive leaves the rq_ci it found here
         if (!rp || !claim_receive(q, r, seen, v.scope)) return;
+        GV_EXEC_STAMP(kStampReceive);
         sys |= rsys;
         fast_copy(rp, lp, len);
+        GV_EXEC_STAMP(kStampCopied);
         // RC ordering, as in drain(): the SEND's bytes before its completions and before any byte
         // of the next WQE.
         atom::fence_release(sys != 0);
+        GV_EXEC_STAMP(kStampFenced);
         Outcome o{};
         o.opcode = MLX5_OPCODE_SEND;
         o.wqe_index = uint16_t(ci);
