@@ -251,6 +251,104 @@ TEST(SoftErrors, CqOverrun) {
     EXPECT_EQ(p.qp[0]->state(), QpState::Error);
 }
 
+// Small SENDs (the executor's fast_send_run: a run of them checked, their receives claimed with
+// one CAS and their receive CQ slots taken with one RMW) into a receive CQ that fills: the SENDs
+// up to the first one without a slot land and complete, that one lands and its completion is
+// lost (the receiver goes to ERROR), nothing after it lands, and the sender's next SEND finds no
+// receiver (transport retries exceeded) with every later one flushed.
+TEST(SoftErrors, SmallSendsIntoAFullReceiveCq) {
+    Context ctx = gvtest::cpu_context();
+    ProtectionDomain pd(ctx);
+    CompletionQueue big(ctx, CqOptions{64}), small(ctx, CqOptions{4});
+    const uint32_t depth = small.depth();
+    ASSERT_LE(depth, 8u);
+    QpOptions o;
+    o.send_cq = o.recv_cq = &big;
+    QueuePair qa(pd, o);
+    o.recv_cq = &small;
+    QueuePair qb(pd, o);
+    qa.connect(qb.endpoint());
+    qb.connect(qa.endpoint());
+    constexpr uint32_t kN = 16, kLen = 8, kSlot = 64;
+    HostBuf src(pd, kN * kSlot, kLocalWrite), dst(pd, kN * kSlot, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 11);
+    const auto a = qa.device_handle(), b = qb.device_handle();
+    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::recv(b, dst.at(i * kSlot), kSlot, dst.lkey()), Status::Ok);
+    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::send(a, src.at(i * kSlot), kLen, src.lkey(), 0u), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    Completion rc[8];
+    uint32_t got = 0;
+    EXPECT_EQ(dev::wait_recv(b, depth, rc, kTimeout, &got), Status::Ok) << got << " receive completions";
+    for (uint32_t i = 0; i < depth; ++i) {
+        EXPECT_TRUE(rc[i].ok()) << "receive " << i << ": status " << int(rc[i].status);
+        EXPECT_EQ(rc[i].wqe_counter, i);
+        EXPECT_EQ(rc[i].byte_len, kLen);
+    }
+    EXPECT_EQ(dev::wait_recv(b, 1, nullptr, kTimeout), Status::CqOverrun);
+    Completion sc[kN];
+    EXPECT_EQ(dev::wait_send(a, kN - depth - 1, sc, kTimeout, &got), Status::CompletionError) << got;
+    ASSERT_EQ(got, kN - depth - 1);
+    EXPECT_EQ(sc[0].wqe_counter, depth + 1);
+    EXPECT_EQ(sc[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR) << "the SEND after the lost completion";
+    for (uint32_t i = 1; i < got; ++i) EXPECT_EQ(sc[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR) << "SEND " << depth + 1 + i;
+    EXPECT_EQ(qa.state(), QpState::Error);
+    EXPECT_EQ(qb.state(), QpState::Error);
+    for (uint32_t i = 0; i <= depth; ++i)
+        EXPECT_EQ(std::memcmp(dst.at(i * kSlot), src.at(i * kSlot), kLen), 0) << "SEND " << i << " did not land";
+    for (uint32_t i = depth + 1; i < kN; ++i)
+        for (uint32_t k = 0; k < kSlot; ++k)
+            ASSERT_EQ(dst.at(i * kSlot)[k], gvtest::kGuard) << "SEND " << i << " (not executed) wrote byte " << k;
+}
+
+// A signaled small SEND whose own completion finds the send CQ full: the sender goes to ERROR and
+// no receive of the receiver, which stays up, is taken behind it (a signaled SEND ends
+// fast_send_run's run before the receives of the next are claimed). Moved to ERROR, the receiver
+// then flushes every receive no SEND took: none is lost.
+TEST(SoftErrors, LostSendCompletionTakesNoReceiveBehindIt) {
+    Context ctx = gvtest::cpu_context();
+    ProtectionDomain pd(ctx);
+    CompletionQueue tiny(ctx, CqOptions{2}), big(ctx, CqOptions{64});
+    const uint32_t depth = tiny.depth();
+    ASSERT_LE(depth, 4u);
+    QpOptions o;
+    o.send_cq = &tiny;
+    o.recv_cq = &big;
+    QueuePair qa(pd, o);
+    o.send_cq = &big;
+    QueuePair qb(pd, o);
+    qa.connect(qb.endpoint());
+    qb.connect(qa.endpoint());
+    constexpr uint32_t kN = 16, kLen = 8, kSlot = 64;
+    HostBuf src(pd, kN * kSlot, kLocalWrite), dst(pd, kN * kSlot, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 12);
+    const auto a = qa.device_handle(), b = qb.device_handle();
+    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::recv(b, dst.at(i * kSlot), kSlot, dst.lkey()), Status::Ok);
+    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::send(a, src.at(i * kSlot), kLen, src.lkey(), kSignaled), Status::Ok);
+    EXPECT_EQ(dev::commit(a), Status::QpError);
+    Completion sc[kN];
+    uint32_t got = 99;
+    EXPECT_EQ(dev::wait_send(a, kN, sc, kTimeout, &got), Status::CqOverrun);
+    EXPECT_LE(got, depth);
+    EXPECT_EQ(qa.state(), QpState::Error);
+    EXPECT_EQ(qb.state(), QpState::Rts) << "the receiver stays up";
+    // SENDs 0 .. depth - 1 completed, SEND `depth` landed and lost its completion.
+    const uint32_t taken = depth + 1;
+    Completion rc[kN];
+    EXPECT_EQ(dev::wait_recv(b, taken, rc, kTimeout, &got), Status::Ok) << got;
+    for (uint32_t i = 0; i < taken; ++i) EXPECT_TRUE(rc[i].ok() && rc[i].wqe_counter == i) << "receive " << i;
+    qb.to_error();
+    EXPECT_EQ(dev::wait_recv(b, kN - taken, rc, kTimeout, &got), Status::CompletionError);
+    EXPECT_EQ(got, kN - taken) << "receives flushed: every one no SEND took";
+    for (uint32_t i = 0; i < got; ++i) {
+        EXPECT_EQ(rc[i].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        EXPECT_EQ(rc[i].wqe_counter, taken + i);
+    }
+    EXPECT_EQ(dev::wait_recv(b, 1, nullptr, 50'000'000ull), Status::Timeout) << "a completion more than posted";
+    for (uint32_t i = 0; i < taken; ++i)
+        EXPECT_EQ(std::memcmp(dst.at(i * kSlot), src.at(i * kSlot), kLen), 0) << "SEND " << i << " did not land";
+    for (uint32_t i = taken; i < kN; ++i) EXPECT_EQ(dst.at(i * kSlot)[0], gvtest::kGuard) << "SEND " << i << " landed";
+}
+
 // ---- bounded waits ---------------------------------------------------------------------
 
 TEST(SoftErrors, BoundedWaitsTimeOut) {

@@ -19,8 +19,10 @@ struct RespTarget {
 /// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
 /// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
 /// Returns true when that moved the peer to ERROR. t: the peer's QPN and receive CQ when the
-/// caller has them at hand (fast_send_run), else null: loaded here.
-GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t) {
+/// caller has them at hand (fast_send_run), else null: loaded here. slot: the CQ slot taken for
+/// this CQE ahead (cq_take_run), else null: taken here.
+GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t,
+                                       const CqSlot* slot) {
     QpContext* r = lc.r;
     mlx5::CqeFields f{};
     f.qpn = t ? t->qpn : r->qpn;
@@ -34,7 +36,7 @@ GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outc
         f.byte_cnt = o.byte_len;
         f.imm_be = o.imm_be;
     }
-    if (!cq_push(t ? t->rcq : r->rcq, f) || o.resp_syndrome) {
+    if (!cq_push(t ? t->rcq : r->rcq, f, slot) || o.resp_syndrome) {
         enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         lc.peer_up = false;
         return true;
@@ -95,11 +97,12 @@ GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
 /// Completes a WQE that advance() stepped past, after the group copied its data: CQEs, sq_ci,
 /// and ERROR for a failed WQE or a lost completion. Leader only. Returns true when that moved
 /// either QP to ERROR (what the leader read of them at the start of the drain is then stale).
-/// t: as complete_responder's.
-GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t = nullptr) {
+/// t, resp_slot: as complete_responder's.
+GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o, const RespTarget* t = nullptr,
+                             const CqSlot* resp_slot = nullptr) {
     bool moved = false;
     if (o.resp_kind && lc.r) {
-        moved = complete_responder(q, lc, o, t);
+        moved = complete_responder(q, lc, o, t, resp_slot);
         GV_EXEC_STAMP(kStampRespCqe);
     }
     // A request the responder refused (NAK) without consuming a receive (complete_responder

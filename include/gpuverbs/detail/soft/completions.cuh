@@ -11,10 +11,53 @@ namespace gv::detail::soft {
 
 // ---- completions --------------------------------------------------------------------
 
+/// A CQ slot taken ahead of its CQE (cq_take_run): its number, and whether the ring had room
+/// for it (false: that completion is lost, and the CQ was marked overrun).
+struct CqSlot {
+    unsigned long long slot;
+    bool ok;
+};
+
+/// Takes n consecutive slots of the CQ with one RMW, for CQEs written later with cq_push(cq, f,
+/// &slot) in slot order: the first slot's number, and in *fit how many of the n had room (the
+/// rest are lost completions, and the CQ is marked overrun, as cq_push marks it). Every slot
+/// taken must get its CQE (a consumer waits at an empty slot) unless it is lost: the caller
+/// takes only slots for completions it will write. Same scopes and checks as cq_push.
+GV_HOST_DEVICE unsigned long long cq_take_run(CqState* cq, uint32_t n, uint32_t* fit) {
+    const uint32_t log_cnt = cq->log_cnt;
+    const uint32_t xgpu = atom::load_relaxed(&cq->xgpu);
+    const bool sys = cq->sys != 0;
+    const unsigned long long* const ci_ctr = cq->ci;
+    uint32_t* const ci_word = &cq->dbrec[mlx5::kCqSetCi];
+    uint32_t* const overrun = cq->overrun;
+    const uint32_t cnt = 1u << log_cnt;
+    const unsigned long long first = rmw_add_relaxed(&cq->prod, (unsigned long long)n, xgpu ? kScopePeer : kScopeGpu);
+    auto read_ci = [&] {
+        return ci_ctr ? uint32_t(atom::load_acquire(ci_ctr, sys)) & 0xffffff
+                      : mlx5::from_be32(atom::load_acquire(ci_word, sys)) & 0xffffff;
+    };
+    // Slots [first, first + n): the one at first + i is free when fewer than cnt entries are
+    // unread before it.
+    auto room = [&](uint32_t ci) {
+        const uint32_t unread = (uint32_t(first) - ci) & 0xffffff;
+        return unread >= cnt ? 0u : (cnt - unread < n ? cnt - unread : n);
+    };
+    uint32_t k = room(read_ci());
+    if (k < n) {
+        // As in cq_push: the index may have been read before the slots were taken.
+        atom::fence_seq_cst(sys);
+        k = room(read_ci());
+        if (k < n) atom::store_release(overrun, 1u, sys);
+    }
+    *fit = k;
+    return first;
+}
+
 /// Writes one CQE into the CQ (mlx5::write_cqe formats it). Returns false when the ring is
 /// full (overrun): the completion is lost, as on a NIC, and the CQ is marked so pollers
-/// report it.
-GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
+/// report it. taken: a slot cq_take_run took for this CQE (one without room is a lost
+/// completion now); null takes one here.
+GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f, const CqSlot* taken = nullptr) {
     // The CQ's fixed fields, all loaded before the slot's RMW: the RMW and the acquire below
     // are ordered after them anyway (no load moves across an atomic here), so loading them
     // first costs one latency for all, where loading each where it is used cost one each.
@@ -26,6 +69,11 @@ GV_HOST_DEVICE bool cq_push(CqState* cq, const mlx5::CqeFields& f) {
     mlx5_cqe64* const cqes = cq->cqes;
     uint32_t* const overrun = cq->overrun;
     const uint32_t cnt = 1u << log_cnt;
+    if (taken) {
+        if (!taken->ok) return false;
+        mlx5::write_cqe(&cqes[taken->slot & (cnt - 1)], f, mlx5::sw_owner(uint32_t(taken->slot), log_cnt), sys);
+        return true;
+    }
     // Slot reservation: several executors may complete into one CQ at once. System scope once
     // a QP completing here is connected to another GPU (xgpu): the peer's executor on that GPU
     // reserves responder slots here while this GPU's executors reserve theirs; a device-scope
