@@ -25,6 +25,46 @@ struct RnrPair {
         p.qp[1]->connect(p.qp[0]->endpoint(), {}, rtr);
     }
 };
+
+QpOptions cq_pair(CompletionQueue* send, CompletionQueue* recv) {
+    QpOptions o;
+    o.send_cq = send;
+    o.recv_cq = recv;
+    return o;
+}
+
+/// Small SENDs from QP a to QP b on a CPU context: a's send CQ and b's receive CQ of the depths
+/// given (the CQs neither test reads, 64 deep), kN receives of kSlot bytes that post() puts on
+/// b, and as many SENDs of kLen bytes on a, with the flags given, not committed.
+struct SmallSends {
+    static constexpr uint32_t kN = 16, kLen = 8, kSlot = 64;
+    Context ctx;
+    ProtectionDomain pd;
+    CompletionQueue scq, rcq, other;
+    QueuePair qa, qb;
+    HostBuf src, dst;
+    dev::QpHandle a, b;
+    SmallSends(uint32_t send_depth, uint32_t recv_depth, uint64_t seed)
+        : ctx(gvtest::cpu_context()),
+          pd(ctx),
+          scq(ctx, CqOptions{send_depth}),
+          rcq(ctx, CqOptions{recv_depth}),
+          other(ctx, CqOptions{64}),
+          qa(pd, cq_pair(&scq, &other)),
+          qb(pd, cq_pair(&other, &rcq)),
+          src(pd, kN * kSlot, kLocalWrite),
+          dst(pd, kN * kSlot, kLocalWrite) {
+        gvtest::fill_random(src.data(), src.size(), seed);
+        qa.connect(qb.endpoint());
+        qb.connect(qa.endpoint());
+        a = qa.device_handle();
+        b = qb.device_handle();
+    }
+    void post(uint32_t flags) {
+        for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::recv(b, dst.at(i * kSlot), kSlot, dst.lkey()), Status::Ok);
+        for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::send(a, src.at(i * kSlot), kLen, src.lkey(), flags), Status::Ok);
+    }
+};
 }  // namespace
 
 // rnr_retry N allows N retries, each after the responder's RNR timer (here 10 us, then
@@ -257,24 +297,15 @@ TEST(SoftErrors, CqOverrun) {
 // lost (the receiver goes to ERROR), nothing after it lands, and the sender's next SEND finds no
 // receiver (transport retries exceeded) with every later one flushed.
 TEST(SoftErrors, SmallSendsIntoAFullReceiveCq) {
-    Context ctx = gvtest::cpu_context();
-    ProtectionDomain pd(ctx);
-    CompletionQueue big(ctx, CqOptions{64}), small(ctx, CqOptions{4});
-    const uint32_t depth = small.depth();
+    SmallSends t(64, 4, 11);
+    constexpr uint32_t kN = SmallSends::kN, kLen = SmallSends::kLen, kSlot = SmallSends::kSlot;
+    const uint32_t depth = t.rcq.depth();
     ASSERT_LE(depth, 8u);
-    QpOptions o;
-    o.send_cq = o.recv_cq = &big;
-    QueuePair qa(pd, o);
-    o.recv_cq = &small;
-    QueuePair qb(pd, o);
-    qa.connect(qb.endpoint());
-    qb.connect(qa.endpoint());
-    constexpr uint32_t kN = 16, kLen = 8, kSlot = 64;
-    HostBuf src(pd, kN * kSlot, kLocalWrite), dst(pd, kN * kSlot, kLocalWrite);
-    gvtest::fill_random(src.data(), src.size(), 11);
-    const auto a = qa.device_handle(), b = qb.device_handle();
-    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::recv(b, dst.at(i * kSlot), kSlot, dst.lkey()), Status::Ok);
-    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::send(a, src.at(i * kSlot), kLen, src.lkey(), 0u), Status::Ok);
+    auto &qa = t.qa, &qb = t.qb;
+    auto &src = t.src, &dst = t.dst;
+    const auto a = t.a, b = t.b;
+    t.post(0u);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(dev::commit(a), Status::QpError);
     Completion rc[8];
     uint32_t got = 0;
@@ -305,25 +336,15 @@ TEST(SoftErrors, SmallSendsIntoAFullReceiveCq) {
 // fast_send_run's run before the receives of the next are claimed). Moved to ERROR, the receiver
 // then flushes every receive no SEND took: none is lost.
 TEST(SoftErrors, LostSendCompletionTakesNoReceiveBehindIt) {
-    Context ctx = gvtest::cpu_context();
-    ProtectionDomain pd(ctx);
-    CompletionQueue tiny(ctx, CqOptions{2}), big(ctx, CqOptions{64});
-    const uint32_t depth = tiny.depth();
+    SmallSends t(2, 64, 12);
+    constexpr uint32_t kN = SmallSends::kN, kLen = SmallSends::kLen, kSlot = SmallSends::kSlot;
+    const uint32_t depth = t.scq.depth();
     ASSERT_LE(depth, 4u);
-    QpOptions o;
-    o.send_cq = &tiny;
-    o.recv_cq = &big;
-    QueuePair qa(pd, o);
-    o.send_cq = &big;
-    QueuePair qb(pd, o);
-    qa.connect(qb.endpoint());
-    qb.connect(qa.endpoint());
-    constexpr uint32_t kN = 16, kLen = 8, kSlot = 64;
-    HostBuf src(pd, kN * kSlot, kLocalWrite), dst(pd, kN * kSlot, kLocalWrite);
-    gvtest::fill_random(src.data(), src.size(), 12);
-    const auto a = qa.device_handle(), b = qb.device_handle();
-    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::recv(b, dst.at(i * kSlot), kSlot, dst.lkey()), Status::Ok);
-    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(dev::send(a, src.at(i * kSlot), kLen, src.lkey(), kSignaled), Status::Ok);
+    auto &qa = t.qa, &qb = t.qb;
+    auto &src = t.src, &dst = t.dst;
+    const auto a = t.a, b = t.b;
+    t.post(kSignaled);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(dev::commit(a), Status::QpError);
     Completion sc[kN];
     uint32_t got = 99;

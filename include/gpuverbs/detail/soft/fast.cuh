@@ -356,14 +356,13 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
     bool have_rc = false;
     // What the copies of a run need of its receives and gathers, kept from the checks.
     uint64_t dst[kFastSendRun], src[kFastSendRun];
-    uint32_t sysbits = 0;
     while (lc.pending) {
         const RqView v = rq_view(r);
         const RespTarget to{r->qpn, r->rcq};
         // The run's checks, prepare()'s in its order; nothing is changed until all have passed.
         const uint32_t most = lc.pending < kFastSendRun ? lc.pending : kFastSendRun;
         uint32_t n = 0;
-        sysbits = 0;
+        uint32_t sysbits = 0;  // bit i: SEND i's receive buffer is host or peer-GPU memory
         while (n < most) {
             const unsigned long long ci = lc.ci + n;
             const FastWqe cur = ring.load(ci);
@@ -400,10 +399,9 @@ GV_HOST_DEVICE void fast_send_run(QpContext* q, LeaderCache& lc) {
         }
         GV_EXEC_STAMP(kStampChecked);
         if (n == 0) return;
-        // The run's receives, with one CAS (claim_receive's, n at once).
-        unsigned long long seen = rc;
-        if (!rmw_cas(&r->rq_ci, seen, rc + n, v.scope)) return;
-        q->rnr_waiting = 0;
+        // The run's receives, with one CAS.
+        unsigned long long seen = rc;  // claim_receive leaves the rq_ci it found here
+        if (!claim_receive(q, r, seen, v.scope, n)) return;
         uint32_t fit = 0;
         const unsigned long long first = cq_take_run(to.rcq, n, &fit);
         GV_EXEC_STAMP(kStampReceive);

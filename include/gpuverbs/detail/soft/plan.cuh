@@ -120,10 +120,12 @@ GV_HOST_DEVICE uint32_t receives_posted(const RqView& v, unsigned long long c) {
     return (mlx5::read_rq_dbrec(v.dbrec, v.sys != 0) - uint32_t(c)) & 0xffff;
 }
 
-/// Claims the peer r's receive c (CAS on its rq_ci at `scope`, state_scope(r)): true when it is
-/// q's now, and q's send no longer waits for one; else c holds the rq_ci the CAS found.
-GV_HOST_DEVICE bool claim_receive(QpContext* q, QpContext* r, unsigned long long& c, uint32_t scope) {
-    if (!rmw_cas(&r->rq_ci, c, c + 1, scope)) return false;
+/// Claims the peer r's receive c, or the n receives from c on (CAS on its rq_ci at `scope`,
+/// state_scope(r)): true when they are q's now, and q's send no longer waits for one; else c
+/// holds the rq_ci the CAS found.
+GV_HOST_DEVICE bool claim_receive(QpContext* q, QpContext* r, unsigned long long& c, uint32_t scope,
+                                  uint32_t n = 1) {
+    if (!rmw_cas(&r->rq_ci, c, c + n, scope)) return false;
     q->rnr_waiting = 0;
     return true;
 }
