@@ -104,6 +104,9 @@ Args parse(gvcli::Args& args) {
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+/// Completions each QP's CQ holds.
+constexpr uint32_t kCqDepth = 1024;
+
 /// QPs in connected pairs (each WRITEs 8 bytes into its peer's buffer) on one context.
 struct Setup {
     Context ctx;
@@ -115,7 +118,7 @@ struct Setup {
     Setup(Context c, const Args& a, int gpu) : ctx(std::move(c)), pd(ctx), host(size_t(a.qps) * 4096 + 4096) {
         (void)gpu;
         for (uint32_t i = 0; i < a.qps + (a.qps & 1); ++i) {
-            cq.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{1024}));
+            cq.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{kCqDepth}));
             QpOptions o;
             o.send_cq = o.recv_cq = cq.back().get();
             o.sq_depth = a.wqes;
@@ -183,7 +186,9 @@ Result run_cpu(Setup& s, const Args& a) {
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> posted{0};
     std::vector<std::thread> t;
-    const uint32_t window = std::max(1u, a.wqes / a.batch / 2);  // batches in flight per QP
+    // Batches in flight per QP: half the ring, and (each batch has one signaled WQE) half the CQ,
+    // which holds kCqDepth completions (more in flight overran it with --batch 1 or 2).
+    const uint32_t window = std::max(1u, std::min(a.wqes / a.batch / 2, kCqDepth / 2));
     const auto t0 = Clock::now();
     for (uint32_t i = 0; i < a.qps; ++i)
         t.emplace_back([&, i] {
