@@ -14,8 +14,8 @@
 // initiator (posts, measures, prints); the server provides the target buffers (gv::SharedBuffer),
 // posts and consumes the receives of send_bw and answers write_lat's ping-pong. The client
 // sends its options to the server (tools/gv_bench_wire.hpp describes the conversation).
-// Two-process mode with GPU initiators needs CUDA; with CPU initiators (gv_write_lat on a verbs
-// device such as rxe0, or any device in a build without CUDA) it runs without:
+// Two-process mode with GPU initiators needs CUDA; with CPU initiators (every test on a verbs
+// device such as rxe0, or on any device in a build without CUDA) it runs without:
 // gv_bench_cpu_two_process.hpp.
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -351,20 +351,8 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
     const bool cpu_only = true;  // no CUDA: CPU initiators on a CPU-only context, whatever the device
 #endif
     if (cpu_only) {
-        // The verbs backend (or, without CUDA, any device): CPU initiators on host memory. Two
-        // processes: gv_write_lat only (perftest's ib_write_lat set-up); the bandwidth tests
-        // measure the same device in loopback.
-        if (o.mode != Mode::Loopback && !o.lat) {
-#if defined(__CUDACC__)
-            throw gvcli::UsageError("--device " + o.device + ": two-process bandwidth runs use the software device "
-                                    "(gv::SharedBuffer); on a verbs device only gv_write_lat runs in two processes: "
-                                    "run the loopback form (no HOST, no --server)");
-#else
-            throw NotSupported("two-process bandwidth runs need a CUDA GPU: this build has no CUDA (only "
-                               "gv_write_lat runs in two processes on CPU threads; run the loopback form: no HOST, "
-                               "no --server)");
-#endif
-        }
+        // The verbs backend (or, without CUDA, any device): CPU initiators on host memory, in
+        // one process or in two (a --server and a client, every test, as perftest runs them).
         if (o.gpu_init && o.given.count("initiator"))
             throw gvcli::UsageError(verbs_device(o) ? "--initiator gpu: on --device " + o.device +
                                                           " (the verbs backend) this tool posts from CPU threads; "

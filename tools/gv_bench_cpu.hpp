@@ -66,16 +66,19 @@ void cpu_idle(uint32_t spins) {
 }
 
 /// Polls `cq` once for up to `max` completions; false (recorded) on an error completion.
-/// Finding none on the verbs backend, it steps `qp` as dev::wait_cq does (its device's
-/// completions become CQEs without waiting for the proxy's fallback thread). Not on a
-/// software device executing on a GPU: there a drive is a kernel launch on the stream that
-/// runs the executors, for RNR retries and flushes that these benchmarks never need
-/// (docs/performance.md, "Before and after, 2026-12-01").
+/// Finding none, it drives `qp` as dev::wait_cq does: on the verbs backend a step (its
+/// device's completions become CQEs without waiting for the proxy's fallback thread), on the
+/// software device executed by CPU threads a retry of a SEND that found no receive (in two
+/// processes nothing else retries it: the receiver's process does not execute our QP). Not on
+/// a software device executing on a GPU (a host doorbell): there a drive is a kernel launch on
+/// the stream that runs the executors, for RNR retries and flushes that these benchmarks in
+/// one process never need (docs/performance.md, "Before and after, 2026-12-01").
 uint32_t cpu_reap(const dev::QpHandle& qp, const dev::CqHandle& cq, uint32_t max, Failure* fail, Step step,
                   uint32_t q, uint32_t iter, bool* ok) {
     Completion c[64];
     const uint32_t k = dev::poll_cq(cq, c, std::min<uint32_t>(max, 64));
-    if (!k && qp.backend == Backend::Verbs) dev::drive(qp);
+    if (!k && (qp.backend == Backend::Verbs || (qp.backend == Backend::Soft && !qp.soft.host_doorbell)))
+        dev::drive(qp);
     for (uint32_t i = 0; i < k; ++i)
         if (!c[i].ok()) {
             record_failure(fail, step, q, qp.q.qpn, iter, Status::CompletionError, c[i]);

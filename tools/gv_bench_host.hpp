@@ -50,7 +50,7 @@ std::string usage(const std::string& me) {
         "perftest's experiment with the work requests posted by CUDA kernels (or CPU threads),\n"
         "executed by the software RDMA device, a ConnectX (mlx5 backend) or any RDMA device through\n"
         "the verbs backend's proxy (CPU threads post). GPU initiators need CUDA; a build without\n"
-        "CUDA runs CPU initiators on a CPU-only context. CPU initiators in two processes: gv_write_lat.\n"
+        "CUDA runs CPU initiators on a CPU-only context, in one process or two (every test).\n"
         "  -s, --size BYTES      message size, 1 .. 8388608 (default 65536; 8 for latency)\n"
         "  -a, --all             all sizes 2 B .. 8 MiB\n"
         "  -n, --iters N         WQEs per QP (bandwidth) or round trips (latency), 1 .. 1e8 (default 1000)\n"
@@ -66,8 +66,8 @@ std::string usage(const std::string& me) {
         "  -d, --device NAME     soft (the software device, default), a ConnectX such as mlx5_0 (the\n"
         "                        mlx5 backend: loopback between two QPs of that NIC), or any other\n"
         "                        RDMA device such as rxe0: the verbs backend, CPU initiators, host\n"
-        "                        memory; loopback, or two processes for gv_write_lat (without CUDA\n"
-        "                        every NAME but soft goes there)\n"
+        "                        memory; loopback or two processes (without CUDA every NAME but\n"
+        "                        soft goes there)\n"
         "  -x, --gid-index N     the verbs backend's GID index (default: RoCE v2 over IPv4 first)\n"
         "      --proxy-idle-sleep-us N  the verbs backend's proxy: longest idle sleep, 0 .. 100000 us\n"
         "                        (0: busy-poll; default: the library's, or 0 for latency with\n"
@@ -97,8 +97,8 @@ std::string usage(const std::string& me) {
         "                        then exits; listens on 127.0.0.1 (the software device reaches\n"
         "                        processes of this host only); rejects, with the reason, clients that\n"
         "                        close, stay silent for 10 s, send garbage or ask for what it cannot run.\n"
-        "                        GPU initiators: every test; CPU initiators (a verbs --device such as\n"
-        "                        rxe0, or a build without CUDA): gv_write_lat\n"
+        "                        Every test, with GPU initiators or with CPU initiators (a verbs\n"
+        "                        --device such as rxe0, or a build without CUDA)\n"
         "      --bind ADDR       a --server on a verbs device: listen on ADDR instead (its peers may be\n"
         "                        on other hosts)\n"
         "      --client HOST     run against the server on HOST (same as a bare HOST: 127.0.0.1)\n"
@@ -111,8 +111,8 @@ std::string usage(const std::string& me) {
         m, m, m, unsigned(oob::kDefaultPort))
 #if !defined(__CUDACC__)
         + "This build has no CUDA: CPU initiators on a CPU-only context (--device soft: the software\n"
-          "device on CPU threads, the default; any other NAME: the verbs backend); in two processes\n"
-          "gv_write_lat only.\n"
+          "device on CPU threads, the default; any other NAME: the verbs backend), in one process or\n"
+          "two.\n"
 #endif
         ;
 }
