@@ -3,11 +3,12 @@
 # device) beside perftest's on the same RDMA device, in the same run, as ratios: WRITE, READ
 # and SEND bandwidth at 8 B (message rate) and 64 KiB (bandwidth), WRITE latency at 8 B.
 # perftest runs as it always does on one device: a server in the background and a client
-# connecting to the device's own address (loopback through the device). Ours: the loopback
-# form of gv_write_bw / gv_read_bw / gv_send_bw on the same device, and for the latency
-# perftest's own set-up: gv_write_lat in two processes (a server in the background, a client
-# against 127.0.0.1), one QP each, its WRITEs not inline as perftest's on rxe (perftest
-# inlines only on devices it knows: its header says "Max inline data : 0[B]" on rxe).
+# connecting to the device's own address (loopback through the device). Ours in perftest's
+# set-up too: gv_write_bw / gv_read_bw / gv_send_bw and gv_write_lat in two processes (a
+# server in the background, a client against 127.0.0.1), one QP each, the latency's WRITEs not
+# inline as perftest's on rxe (perftest inlines only on devices it knows: its header says "Max
+# inline data : 0[B]" on rxe). GV_PT_BW_MODE=loopback runs the bandwidth rows in one process
+# instead (both QPs of the pair in it, as these rows ran until 2026-12-05).
 #
 # Inside the Soft-RoCE VM (emulation: absolute numbers mean nothing, ratios within one run do):
 #   tools/rdma-vm/run.sh exec "$PWD" -- bench/verbs_vs_perftest.sh [BIN_DIR=build-cpu/tools] [OUT_DIR]
@@ -21,7 +22,8 @@
 # (the latency row), write, read and send (that operation's rows), e.g. GV_PT_CASES=lat for the
 # latency alone, GV_PT_CASES=send for the two SEND rows), GV_PT_LAT_ARGS (more
 # options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
-# GV_LAT_PORT (18520: the TCP port of gv_write_lat's two processes).
+# GV_LAT_PORT (18520: the TCP port of our two processes), GV_PT_BW_MODE (2p, the default: our
+# bandwidth rows in two processes; loopback: in one).
 # Counts, per row, the runs of each side that the device's own retransmissions or RNR NAKs
 # stalled (rxe's hw_counters), and gives the ratio without them beside the ratio of all runs.
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
@@ -45,6 +47,11 @@ for w in $CASES; do
     esac
 done
 LAT_ARGS=${GV_PT_LAT_ARGS:-}
+case ${GV_PT_BW_MODE:-2p} in
+    2p) BW2P=2p ;;
+    loopback) BW2P= ;;
+    *) echo "GV_PT_BW_MODE: '${GV_PT_BW_MODE}' (expected 2p or loopback)"; exit 1 ;;
+esac
 PORT=${GV_LAT_PORT:-18520}
 LIST=$((DEPTH / 4))  # our CPU initiator keeps 4 post lists in flight (kCpuLists)
 mkdir -p "$OUT" || exit 1
@@ -200,13 +207,13 @@ row() {
     echo "# $name: perftest $p (runs: ${pv[*]}), ours $o (runs: ${ov[*]}), ratio $ratio; retransmissions + RNR NAKs per run (perftest: ${pd[*]:--}; ours: ${od[*]:--}), ratio without them: $clean" >&2
 }
 
-row "WRITE 8 B" "bw write" ib_write_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_write_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "WRITE 64 KiB" "bw write" ib_write_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_write_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-row "READ 8 B" "bw read" ib_read_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_read_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "READ 64 KiB" "bw read" ib_read_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_read_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-row "SEND 8 B" "bw send" ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
-row "SEND 64 KiB" "bw send" ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
-# shellcheck disable=SC2086  # LAT_ARGS is a list of words
+# shellcheck disable=SC2086  # BW2P and LAT_ARGS are lists of words (BW2P may be none)
+row "WRITE 8 B" "bw write" ib_write_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- $BW2P gv_write_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "WRITE 64 KiB" "bw write" ib_write_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- $BW2P gv_write_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+row "READ 8 B" "bw read" ib_read_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- $BW2P gv_read_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "READ 64 KiB" "bw read" ib_read_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- $BW2P gv_read_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
+row "SEND 8 B" "bw send" ib_send_bw -s 8 -n "$N_SMALL" -t "$DEPTH" -- $BW2P gv_send_bw -s 8 -n "$N_SMALL" -l "$LIST" --reps 1
+row "SEND 64 KiB" "bw send" ib_send_bw -s 65536 -n "$N_BIG" -t "$DEPTH" -- $BW2P gv_send_bw -s 65536 -n "$N_BIG" -l "$LIST" --reps 1
 row "WRITE latency 8 B (two processes)" "lat" ib_write_lat -s 8 -n "$N_LAT" -- 2p gv_write_lat -s 8 -n "$N_LAT" $LAT_ARGS
 
 {
@@ -219,6 +226,7 @@ row "WRITE latency 8 B (two processes)" "lat" ib_write_lat -s 8 -n "$N_LAT" -- 2
     echo "ratio: ours / perftest for message rates (bandwidth = rate x size), perftest / ours for the"
     echo "typical (median) one-way latency; 1.00 = as fast as perftest. Latency: both in two processes"
     echo "(a server and a client), ours with gv_write_lat ${LAT_ARGS:-(WRITEs not inline, as perftest posts them on rxe)}."
+    echo "Bandwidth: perftest in two processes; ours ${BW2P:+in two processes as well}${BW2P:-in one process (GV_PT_BW_MODE=loopback)}."
     echo "Transport stalls: runs in which the device retransmitted after its timer or received an RNR"
     echo "NAK (counters completer_retry_err, rcvd_rnr_err); the last column is the ratio of the medians"
     echo "of the runs without any ('-' where either side had none, or the device has no such counters)."
