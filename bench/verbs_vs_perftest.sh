@@ -23,7 +23,9 @@
 # latency alone, GV_PT_CASES=send for the two SEND rows), GV_PT_LAT_ARGS (more
 # options of both gv_write_lat processes, e.g. "-I 8" for inline WRITEs; default none),
 # GV_LAT_PORT (18520: the TCP port of our two processes), GV_PT_BW_MODE (2p, the default: our
-# bandwidth rows in two processes; loopback: in one).
+# bandwidth rows in two processes; loopback: in one), GV_PT_OURS_ARGS (more options of every
+# run of ours, both processes, e.g. "--proxy-idle-sleep-us 100" for the library's default
+# proxy sleep instead of the tools' 100 ms).
 # Counts, per row, the runs of each side that the device's own retransmissions or RNR NAKs
 # stalled (rxe's hw_counters), and gives the ratio without them beside the ratio of all runs.
 # Prints one table (markdown) and writes OUT_DIR/verbs_vs_perftest.{md,log} (OUT_DIR default
@@ -106,6 +108,8 @@ ours() {
     [ "$1" = 2p ] && { two=1; shift; }
     local t=$1
     shift
+    # shellcheck disable=SC2206  # a list of words
+    set -- "$@" ${GV_PT_OURS_ARGS:-}
     if [ $two = 1 ]; then
         timeout 120 "$BIN/$t" -d "$DEV" -x "$GID" --port "$PORT" --server "$@" > "$OUT/srv.out" 2>&1 &
         local sp=$! w

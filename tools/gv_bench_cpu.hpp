@@ -268,6 +268,10 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uin
     }
 }
 
+/// The verbs proxy threads' longest idle sleep when the initiator threads step their QPs
+/// themselves (cpu_context_for).
+constexpr uint32_t kCpuDrivenIdleUs = 100000;
+
 /// The context of the CPU run: the verbs backend on --device (GID index --gid-index), or the
 /// software device on CPU threads.
 ContextOptions cpu_context_for(const Opts& o) {
@@ -282,9 +286,16 @@ ContextOptions cpu_context_for(const Opts& o) {
         // message, so for latency it busy-polls, as perftest's ping-pong does (a proxy that
         // sleeps adds its wake-up to every message: 61-1017 us against perftest's 18 in the
         // Soft-RoCE VM).
+        // The initiator threads also drive their QPs in every wait for a completion (cpu_reap,
+        // dev::wait_send), so the proxy thread has nothing to do for them: it may sleep long when
+        // idle (100 ms instead of the library's 100 us). Its wake-ups are not free where cores
+        // are few: on the 2-vCPU Soft-RoCE VM, SEND 64 KiB ran at 0.89 of perftest with the
+        // library's bound and at 1.00 with this one, alternating in one boot
+        // (docs/performance.md, "Session 22").
         c.verbs.cpu_posts_inline = !o.proxy_only;
         if (o.proxy_idle_us >= 0) c.verbs.max_idle_sleep_us = uint32_t(o.proxy_idle_us);
         else if (o.lat && o.proxy_only) c.verbs.max_idle_sleep_us = 0;
+        else if (!o.proxy_only) c.verbs.max_idle_sleep_us = kCpuDrivenIdleUs;
     } else {
         c.backend = Backend::Soft;
     }
