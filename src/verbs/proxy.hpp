@@ -157,7 +157,7 @@ public:
     /// Wakes the QP's thread if it sleeps (a host waiter found nothing to poll).
     void kick(const ProxyQp* qp);
     /// A CPU thread that committed on the QP, posted a receive or waits for it steps the QP
-    /// itself (completions, receives, sends) when nobody else holds it, with batch arrays
+    /// itself (receives, sends, completions) when nobody else holds it, with batch arrays
     /// of its own; otherwise the holder (its proxy thread) does the work. Nothing for a
     /// detached QP, or when VerbsOptions::cpu_posts_inline is off.
     void step_inline(ProxyQp* qp);
@@ -192,7 +192,7 @@ size_t step_held(ProxyQp& p, ProxyStep& stepper);
 size_t let_go_checked(ProxyQp& p, ProxyStep& stepper);
 
 /// One step of a QP by its holder (ProxyQp::busy), with the holder's batch arrays and
-/// counters: completions, receives, sends.
+/// counters: receives, sends, completions (ProxyStep::step says why in that order).
 class ProxyStep {
 public:
     ProxyStep(ProxyScratch& s, ProxyCounters& c) : s_(s), ctr_(c) {}

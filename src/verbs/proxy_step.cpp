@@ -19,10 +19,19 @@ size_t ProxyStep::step(ProxyQp& p) {
     // host's device-side transition (ibv_modify_qp) happened before its release store.
     const QpState st = QpState(atom::load_acquire(p.state, true));
     if (!p.error && (st == QpState::Error || st == QpState::Sqe)) enter_error(p, 0, false);  // the user's to_error
-    size_t work = 0;
-    if (p.send_inflight || p.recv_inflight) work += poll(p);
-    work += post_recvs(p, st);
+    // Receives first (a SEND this step posts may bring the peer's answer, which needs them),
+    // then the sends, then the completions: a WQE just committed reaches the device before the
+    // poll of earlier work (ibv_poll_cq, the CQEs it makes), which used to stand on the path of
+    // every message (a ping-pong's every WRITE: the last work request of a list is signaled, so
+    // each one's completion waits in the CQ when the next is committed). What the poll frees (the
+    // device's queue, the track ring) lets held-back sends go in the same step.
+    size_t work = post_recvs(p, st);
     work += post_sends(p, st);
+    if (p.send_inflight || p.recv_inflight) {
+        const size_t polled = poll(p);
+        work += polled;
+        if (polled) work += post_sends(p, st);
+    }
     return work;
 }
 
