@@ -221,11 +221,7 @@ int run_loopback(Opts& o) {
                         throw Error(failure_text(o, "the CPU initiator", size, run_label(o, r), f, qps));
                 }
                 if (r) secs.push_back(ms / 1e3);
-                if (r == 0 && o.duration > 0 && o.gpu_init && ms > 0) {
-                    // -D: scale the iteration count so one repetition lasts `duration`.
-                    double scale = o.duration * 1e3 / ms;
-                    o.iters = uint32_t(std::min(1e8, std::max(1.0, o.iters * scale)));
-                }
+                if (r == 0) scale_iters(o, ms / 1e3);  // -D
             }
             print_bw_row(o, nq, size, secs);
         }

@@ -405,6 +405,7 @@ int run_cpu(Opts& o) {
     for (uint32_t size : o.sizes) {
         if (size > slice) continue;
         std::vector<double> secs;
+        uint32_t warm = 0;
         for (uint32_t r = 0; r <= o.reps; ++r) {  // rep 0 warms up
             Failure f{};
             // send_bw: the receives are posted before the clock starts, as perftest's server
@@ -431,6 +432,7 @@ int run_cpu(Opts& o) {
             const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (f.count) throw Error(failure_text(o, "the CPU initiator", size, run_label(o, r), f, qps));
             if (r) secs.push_back(s);
+            else if (scale_iters(o, s) && ++warm <= 3) --r;  // -D: warm up again with the new count
         }
         print_bw_row(o, nq, size, secs);
     }

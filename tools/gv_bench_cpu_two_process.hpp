@@ -268,7 +268,7 @@ void cpu_client_lat(const Opts& o, CpuSide& s, gvbench::Peer& peer, const Remote
 /// The bandwidth client: per size, reps + 1 runs (the first warms up), each announced to the
 /// server (Run, then its Ready: for SEND its receives are posted), then one initiator thread
 /// per QP as in loopback (run_cpu), timed from their start to the last one's end.
-void cpu_client_bw(const Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteBuffer& theirs) {
+void cpu_client_bw(Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteBuffer& theirs) {
     const int op = op_index(o.op);
     const uint32_t nq = uint32_t(s.qps.size());
     std::vector<CpuJob> jobs(nq);
@@ -287,6 +287,7 @@ void cpu_client_bw(const Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteB
     for (uint32_t size : o.sizes) {
         if (size > s.slice) continue;
         std::vector<double> secs;
+        uint32_t warm = 0;
         for (uint32_t r = 0; r <= o.reps; ++r) {  // rep 0 warms up
             const BwMarks marks{s, size, o.iters};
             if (op == 1) marks.clear(0);
@@ -307,6 +308,9 @@ void cpu_client_bw(const Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteB
                                 " bytes" + run_label(o, r) + "): " + bad);
             }
             if (r) secs.push_back(t);
+            // -D: the next runs' count goes to the server with each Run; a warm-up too short to
+            // tell is run again with it.
+            else if (scale_iters(o, t) && ++warm <= 3) --r;
         }
         print_bw_row(o, nq, size, secs);
     }

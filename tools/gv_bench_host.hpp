@@ -117,6 +117,18 @@ std::string usage(const std::string& me) {
         ;
 }
 
+// -D: after a size's warm-up run of `secs` seconds, the iteration count that makes one run
+// last about o.duration (1 .. 1e8); unchanged without -D. Returns whether the warm-up was too
+// short to tell (under a quarter of the duration, where start-up costs such as the CPU
+// initiators' threads weigh): the CPU runs then warm up again with the new count, up to three
+// times.
+bool scale_iters(Opts& o, double secs) {
+    if (o.duration <= 0 || secs <= 0) return false;
+    const uint32_t before = o.iters;
+    o.iters = uint32_t(std::min(1e8, std::max(1.0, o.iters * (o.duration / secs))));
+    return secs < o.duration / 4 && o.iters > before;
+}
+
 // CPU initiators: post lists in flight per QP (CQ moderation as perftest's tx-depth), and the
 // bound of a wait for a list's completion.
 constexpr uint32_t kCpuLists = 4;

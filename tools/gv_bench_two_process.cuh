@@ -187,11 +187,7 @@ void client_bw(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& target
             const float ms = gvbench::elapsed_ms(*s.start, *s.last);
             check_run(o, peer, s, size, r);
             if (r) secs.push_back(ms / 1e3);
-            if (r == 0 && o.duration > 0 && ms > 0) {
-                // -D: scale the iteration count so one repetition lasts `duration`.
-                double scale = o.duration * 1e3 / ms;
-                o.iters = uint32_t(std::min(1e8, std::max(1.0, o.iters * scale)));
-            }
+            if (r == 0) scale_iters(o, ms / 1e3);  // -D
         }
         print_bw_row(o, nq, size, secs);
     }

@@ -19,6 +19,8 @@
 #            message of every QP arrived whole (a run that lost them fails: exit 1).
 #   refused  a server given --qps 3 refuses a client that asks for 2 (the client exits 1 with
 #            the reason) and serves the next client (-q 3).
+#   duration (write_bw only) -D 0.3 with -n 100: the client scales the count after its warm-up
+#            (the JSON line's iterations above 100) and the server follows it (exit 0).
 # Then, once (send_bw):
 #   gone     a server killed during a long run: the client exits 1 within 30 s, saying the
 #            server went away; and a client killed during a long run: the server exits 1
@@ -108,6 +110,18 @@ for t in write_bw read_bw send_bw; do
         [ $src = 0 ] || fail "$what refused: the server exited $src: $(cat "$tmp/$t-refused.srv.err")"
     fi
 done
+
+# duration: -D scales the iterations after the warm-up, and the server runs what each Run asks.
+if server gv_write_bw duration "$@"; then
+    client gv_write_bw duration -s 64 -n 100 -l 8 -D 0.3 --reps 1 --json "$@"
+    [ $rc = 0 ] || fail "duration ($dev): the client exited $rc (stdout: $out; stderr: $err)"
+    server_wait duration 30
+    [ $src = 0 ] || fail "duration ($dev): the server exited $src: $(cat "$tmp/duration.srv.err")"
+    iters=$(json_field iterations)
+    [ -n "$iters" ] && [ "$iters" -gt 100 ] ||
+        fail "duration ($dev): -D 0.3 -n 100 ran $iters iterations, expected more than 100 (scaled): $out"
+    [ $failures = 0 ] && echo "ok: duration ($dev): -D 0.3 scaled -n 100 to $iters iterations"
+fi
 
 # gone: one side killed during a long run (the other's waits end on the closed connection).
 if server gv_send_bw gone-srv "$@"; then
