@@ -63,10 +63,11 @@ void cpu_setup(CpuSide& s, const Opts& o, bool server) {
     s.slice = o.lat ? 2 * kLatSlot : cpu_slice(o);
     s.bytes = s.slice * nq;
     const bool reached = o.lat || server;
+    const uint8_t fill = !reached ? kSendFill : !o.lat && op_index(o.op) == 1 ? kReadFill : 0;
     if (s.ctx->backend() == Backend::Verbs || !reached) {
         s.host.emplace(s.bytes);
         s.buf = s.host->p;
-        std::memset(s.buf, reached ? 0 : kSendFill, s.bytes);
+        std::memset(s.buf, fill, s.bytes);
     } else {
         try {
             s.shared.emplace(*s.ctx, s.bytes);  // zeroed
@@ -75,8 +76,8 @@ void cpu_setup(CpuSide& s, const Opts& o, bool server) {
                         " MiB, " + std::to_string(nq) + " QPs x " + std::to_string(s.slice) + " bytes): " + e.what());
         }
         s.buf = s.shared->as<uint8_t>();
+        if (fill) std::memset(s.buf, fill, s.bytes);
     }
-    if (server && !o.lat && op_index(o.op) == 1) std::memset(s.buf, kReadFill, s.bytes);
     s.mr.emplace(*s.pd, s.buf, s.bytes, kAllAccess);
 }
 
@@ -111,6 +112,19 @@ struct BwMarks {
         return "";
     }
 };
+
+/// The job of this side's QP q against the peer's buffer `theirs`: slice q of each side (the
+/// latency test's one QP: the whole buffer, the peer's slot at kLatSlot being the same offset).
+CpuJob cpu_job(const CpuSide& s, uint32_t q, const RemoteBuffer& theirs) {
+    return CpuJob{s.qps[q]->device_handle(),
+                  {},
+                  s.buf + q * s.slice,
+                  reinterpret_cast<uint8_t*>(theirs.addr + q * s.slice),
+                  s.mr->lkey(),
+                  theirs.rkey,
+                  0,
+                  s.slice};
+}
 
 /// Swaps the QP records and buffers with the peer (latency: both sides export their buffer;
 /// bandwidth: the server only) and connects QP q to the peer's QP q. Returns the peer's
@@ -156,21 +170,21 @@ bool peer_spoke(const oob::Channel& ch) {
 }
 
 /// A side's failure in words, and what became of the peer when it went away meanwhile.
-std::string cpu_failure(const Opts& o, const std::string& who, uint32_t size, const Failure& f, CpuSide& s,
-                        const gvbench::Peer& peer) {
-    std::string t = failure_text(o, who, size, "", f, s.qps);
+std::string cpu_failure(const Opts& o, const std::string& who, uint32_t size, const std::string& run,
+                        const Failure& f, CpuSide& s, const gvbench::Peer& peer) {
+    std::string t = failure_text(o, who, size, run, f, s.qps);
     if (peer.ch.peer_closed()) t += std::string("; the ") + peer.name + " closed the connection (did it exit?)";
     return t;
 }
 
-/// Runs `body(stop)` on `n` threads (thread i gets i) and waits for them on this thread, which
-/// meanwhile tells `beat_to` (when not null) once a second that this side is alive and, when
-/// the peer speaks (during a run only a failed peer does) or a thread records a failure, sets
-/// `stop` for the others. Returns the seconds from the threads' start to the last one's end.
+/// Runs `body(i)` on `n` threads (i = 0 .. n-1) and waits for them on this thread, which
+/// meanwhile tells `peer` once a second that this side is alive and, when the peer speaks
+/// (during a run only a failed peer does) or a thread records a failure in `fail`, sets `stop`
+/// for the others. Returns the seconds from the threads' start to the last one's end.
 /// The waiting thread sleeps in poll() on the channel and an eventfd the last thread signals:
 /// no wake-ups of its own beside the heartbeat.
 template <class Body>
-double cpu_threads(uint32_t n, const Failure* fail, gvbench::Peer& peer, bool beat, std::atomic<bool>& stop,
+double cpu_threads(uint32_t n, const Failure* fail, gvbench::Peer& peer, std::atomic<bool>& stop,
                    const Body& body) {
     using SteadyClock = std::chrono::steady_clock;
     const int done_fd = ::eventfd(0, EFD_CLOEXEC);
@@ -192,18 +206,17 @@ double cpu_threads(uint32_t n, const Failure* fail, gvbench::Peer& peer, bool be
             finished();
         });
     auto last_beat = t0;
-    bool spoke = false;
-    std::string beat_error;
+    bool spoke = false, beat_failed = false;
     while (left.load() != 0) {
         pollfd p[2] = {{done_fd, POLLIN, 0}, {peer.ch.fd(), POLLIN | POLLRDHUP, 0}};
         ::poll(p, spoke ? 1 : 2, 100);
         if (!spoke && p[1].revents) spoke = true;  // read later, by the Done/Result exchange
         if (spoke || __atomic_load_n(&fail->count, __ATOMIC_RELAXED)) stop = true;
-        if (beat && !spoke && beat_error.empty() && SteadyClock::now() - last_beat >= std::chrono::seconds(1)) {
+        if (!spoke && !beat_failed && SteadyClock::now() - last_beat >= std::chrono::seconds(1)) {
             try {
                 peer.send(Ctl::Heartbeat);
-            } catch (const std::exception& e) {
-                beat_error = e.what();  // the peer went away: the exchange after the run says so
+            } catch (const std::exception&) {
+                beat_failed = true;  // the peer went away: the exchange after the run says so
                 stop = true;
             }
             last_beat = SteadyClock::now();
@@ -219,11 +232,7 @@ double cpu_threads(uint32_t n, const Failure* fail, gvbench::Peer& peer, bool be
 /// first). The server answers a failure of its own with an Error (RemoteError here).
 void cpu_check_run(const Opts& o, gvbench::Peer& peer, CpuSide& s, const std::string& who, uint32_t size,
                    const std::string& run, const Failure& f) {
-    std::string mine;
-    if (f.count) {
-        mine = failure_text(o, who, size, run, f, s.qps);
-        if (peer.ch.peer_closed()) mine += std::string("; the ") + peer.name + " closed the connection (did it exit?)";
-    }
+    const std::string mine = f.count ? cpu_failure(o, who, size, run, f, s, peer) : "";
     try {
         peer.send(Ctl::Done, f.count);
         peer.expect(Ctl::Result);
@@ -236,14 +245,7 @@ void cpu_check_run(const Opts& o, gvbench::Peer& peer, CpuSide& s, const std::st
 
 /// write_lat's client: our WRITEs go to the server's slot at kLatSlot, its answers land in ours.
 void cpu_client_lat(const Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteBuffer& theirs) {
-    const CpuJob me{s.qps[0]->device_handle(),
-                    {},
-                    s.buf,
-                    reinterpret_cast<uint8_t*>(theirs.addr),
-                    s.mr->lkey(),
-                    theirs.rkey,
-                    0,
-                    s.bytes};
+    const CpuJob me = cpu_job(s, 0, theirs);
     const std::string where = ", " + s.ctx->name() + " (" + backend_name(s.ctx->backend()) +
                               "), two processes (server " + peer.ch.peer() + ")" + inline_note(o);
     print_lat_header(o, "CPU", where);
@@ -272,15 +274,7 @@ void cpu_client_bw(Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteBuffer&
     const int op = op_index(o.op);
     const uint32_t nq = uint32_t(s.qps.size());
     std::vector<CpuJob> jobs(nq);
-    for (uint32_t q = 0; q < nq; ++q)
-        jobs[q] = CpuJob{s.qps[q]->device_handle(),
-                         {},
-                         s.buf + q * s.slice,
-                         reinterpret_cast<uint8_t*>(theirs.addr + q * s.slice),
-                         s.mr->lkey(),
-                         theirs.rkey,
-                         0,
-                         s.slice};
+    for (uint32_t q = 0; q < nq; ++q) jobs[q] = cpu_job(s, q, theirs);
     print_bw_header(o, "CPU", nq,
                     ", " + s.ctx->name() + " (" + backend_name(s.ctx->backend()) + "), two processes (server " +
                         peer.ch.peer() + ")");
@@ -295,7 +289,7 @@ void cpu_client_bw(Opts& o, CpuSide& s, gvbench::Peer& peer, const RemoteBuffer&
             peer.expect(Ctl::Ready);
             Failure f{};
             std::atomic<bool> stop{false};
-            const double t = cpu_threads(nq, &f, peer, true, stop, [&](uint32_t q) {
+            const double t = cpu_threads(nq, &f, peer, stop, [&](uint32_t q) {
                 cpu_initiator(jobs[q], q, op, size, o.iters, o.threads, &f, &stop, CpuWait::SpinYieldSleep);
             });
             // A stop without a failure of ours: the server spoke (its Error comes next).
@@ -352,19 +346,20 @@ int cpu_run_client(Opts& o) {
 void cpu_server_bw_run(const Opts& o, CpuSide& s, gvbench::Peer& peer, uint32_t size, uint32_t iters,
                        uint32_t run) {
     const uint32_t nq = uint32_t(s.qps.size());
+    const int op = op_index(o.op);
     const std::string label = ", run #" + std::to_string(run) + " of the session";
     const BwMarks marks{s, size, iters};
     auto landed = [&] {
         const std::string bad = marks.check(kSendFill);
         if (!bad.empty())
-            throw Error("the client's " + std::string(op_index(o.op) == 2 ? "SENDs" : "WRITEs") +
-                        " did not land whole (" + std::to_string(size) + " bytes" + label + "): " + bad);
+            throw Error("the client's " + std::string(op == 2 ? "SENDs" : "WRITEs") + " did not land whole (" +
+                        std::to_string(size) + " bytes" + label + "): " + bad);
     };
-    if (op_index(o.op) != 2) {
-        if (op_index(o.op) == 0) marks.clear(0);
+    if (op != 2) {
+        if (op == 0) marks.clear(0);
         peer.send(Ctl::Ready);
         const uint32_t client_failed = peer.expect(Ctl::Done).a;
-        if (op_index(o.op) == 0 && !client_failed) landed();
+        if (op == 0 && !client_failed) landed();
         peer.send(Ctl::Result, 0);
         return;
     }
@@ -414,15 +409,7 @@ int cpu_run_server(Opts& o, const std::string& prog) {
         peer.send(Ctl::Accept);
         peer.expect(Ctl::Accept);  // the client set up its side
         const RemoteBuffer theirs = cpu_exchange(s, peer, o, true);
-        // write_lat: our answers go to the client's slot at kLatSlot.
-        const CpuJob me{s.qps[0]->device_handle(),
-                        {},
-                        s.buf,
-                        reinterpret_cast<uint8_t*>(theirs.addr),
-                        s.mr->lkey(),
-                        theirs.rkey,
-                        0,
-                        s.bytes};
+        const CpuJob me = cpu_job(s, 0, theirs);  // write_lat: our answers go to the client's slot
         const uint32_t inl = uint32_t(std::max(o.inline_size, 0));
         uint32_t runs = 0;
         std::set<uint32_t> sizes;
@@ -442,7 +429,7 @@ int cpu_run_server(Opts& o, const std::string& prog) {
                 cpu_lat_side(me, 1, size, iters, inl, nullptr, &f, [&ch] { return peer_spoke(ch); });
                 // Our failure goes to the client at once (the catch below); the client's comes
                 // as an Error after its Done.
-                if (f.count) throw Error(cpu_failure(o, "this server's side of the ping-pong", size, f, s, peer));
+                if (f.count) throw Error(cpu_failure(o, "this server's side of the ping-pong", size, "", f, s, peer));
                 peer.expect(Ctl::Done);
                 peer.send(Ctl::Result, 0);
             } else {
