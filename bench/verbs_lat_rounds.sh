@@ -1,7 +1,8 @@
 #!/bin/bash
 # The WRITE latency alone, perftest's ib_write_lat and gv_write_lat variants alternating in
 # rounds, in one boot of the Soft-RoCE VM: one line per round with every typical (median)
-# one-way latency, then the medians over the rounds. For finding where the latency goes
+# one-way latency, then the medians over the rounds and the median of each variant's ratio
+# to perftest round by round. For finding where the latency goes
 # (docs/performance.md, "WRITE latency on the verbs backend"); bench/verbs_vs_perftest.sh is
 # the comparison of record.
 #
@@ -14,7 +15,8 @@
 # runs: a server (--server, the same ARGS) in the background and the client against
 # 127.0.0.1, e.g. 'two-process:2p' and 'two-process-inline:2p -I 8'). Environment:
 # RDMA_DEVICE (rxe0), RDMA_GID_INDEX (1), RDMA_IPV4 (10.0.0.1), GV_PT_ITERS_LAT (1000, as
-# verbs_vs_perftest.sh), GV_LAT_PORT (18520, the two-process runs' TCP port).
+# verbs_vs_perftest.sh), GV_LAT_PORT (18520, the two-process runs' TCP port), GV_LAT_PT_ARGS
+# (more options of both ib_write_lat processes, e.g. "-I 8"; default none).
 # Every run's full output is appended to OUT_FILE.log.
 set -uo pipefail
 BIN=$1 OUT=$2 ROUNDS=$3
@@ -24,6 +26,7 @@ GID=${RDMA_GID_INDEX:-1}
 ADDR=${RDMA_IPV4:-10.0.0.1}
 N=${GV_PT_ITERS_LAT:-1000}
 PORT=${GV_LAT_PORT:-18520}
+read -r -a PT_ARGS <<< "${GV_LAT_PT_ARGS:-}"
 LOG=$OUT.log
 : > "$LOG"
 : > "$OUT"
@@ -32,10 +35,10 @@ tmp=$(mktemp -d)
 pt() {
     local a
     for a in 1 2 3 4; do
-        timeout 120 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" > "$tmp/srv" 2>&1 &
+        timeout 120 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" "${PT_ARGS[@]}" > "$tmp/srv" 2>&1 &
         local sp=$!
         sleep 1
-        timeout 110 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" "$ADDR" > "$tmp/cli" 2>&1
+        timeout 110 ib_write_lat -d "$DEV" -x "$GID" -F -s 8 -n "$N" "${PT_ARGS[@]}" "$ADDR" > "$tmp/cli" 2>&1
         local rc=$?
         wait $sp
         { echo "== ib_write_lat (rc $rc, attempt $a)"; cat "$tmp/cli"; } >> "$LOG"
@@ -93,5 +96,19 @@ for k in perftest "$@"; do
     # shellcheck disable=SC2086
     m=$(median ${all[$k]})
     echo "median $k: $m (runs:${all[$k]}) ratio $(awk -v p="$p" -v o="$m" 'BEGIN { printf "%.2f", p / o }')" | tee -a "$OUT"
+done
+# Rounds are not alike (emulation has a fast and a slow mode, by round and by boot, for every
+# program), so each variant's ratio is also taken round by round (perftest's latency in that
+# round / the variant's) and the median of those printed: the estimate the modes disturb least.
+read -r -a ptr <<< "${all[perftest]}"
+for v in "$@"; do
+    k=${v%%:*}
+    read -r -a xs <<< "${all[$k]}"
+    rs=()
+    for ((i = 0; i < ${#xs[@]}; i++)); do
+        [ "${xs[$i]}" = FAIL ] || [ "${ptr[$i]}" = FAIL ] && continue
+        rs+=("$(awk -v p="${ptr[$i]}" -v o="${xs[$i]}" 'BEGIN { printf "%.3f", p / o }')")
+    done
+    echo "paired $k: median of the rounds' ratios $(median "${rs[@]}") (rounds: ${rs[*]})" | tee -a "$OUT"
 done
 rm -rf "$tmp"
