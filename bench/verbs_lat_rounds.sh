@@ -90,12 +90,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     echo "$line" | tee -a "$OUT"
 done
 median() { printf '%s\n' "$@" | grep -v FAIL | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# ratio PERFTEST OURS DIGITS: perftest's latency / ours (above 1: ours is faster).
+ratio() { awk -v p="$1" -v o="$2" -v d="$3" 'BEGIN { printf "%.*f", d, p / o }'; }
 p=$(median ${all[perftest]})
 for k in perftest "$@"; do
     k=${k%%:*}
     # shellcheck disable=SC2086
     m=$(median ${all[$k]})
-    echo "median $k: $m (runs:${all[$k]}) ratio $(awk -v p="$p" -v o="$m" 'BEGIN { printf "%.2f", p / o }')" | tee -a "$OUT"
+    echo "median $k: $m (runs:${all[$k]}) ratio $(ratio "$p" "$m" 2)" | tee -a "$OUT"
 done
 # Rounds are not alike (emulation has a fast and a slow mode, by round and by boot, for every
 # program), so each variant's ratio is also taken round by round (perftest's latency in that
@@ -107,7 +109,7 @@ for v in "$@"; do
     rs=()
     for ((i = 0; i < ${#xs[@]}; i++)); do
         [ "${xs[$i]}" = FAIL ] || [ "${ptr[$i]}" = FAIL ] && continue
-        rs+=("$(awk -v p="${ptr[$i]}" -v o="${xs[$i]}" 'BEGIN { printf "%.3f", p / o }')")
+        rs+=("$(ratio "${ptr[$i]}" "${xs[$i]}" 3)")
     done
     echo "paired $k: median of the rounds' ratios $(median "${rs[@]}") (rounds: ${rs[*]})" | tee -a "$OUT"
 done
