@@ -215,6 +215,12 @@ struct LatClock {
     uint64_t t0, n0;
 };
 
+/// Turns a ping-pong's wait spins on the awaited word before it backs off: 65536 loads, some
+/// tens of microseconds on a native core and about half a millisecond under the Soft-RoCE VM's
+/// emulation, more than a round trip on either. A longer wait (a peer that stopped, a core
+/// shared with the peer) then yields and sleeps, leaving the core to whoever needs it.
+constexpr uint32_t kLatSpinTurns = 1u << 16;
+
 /// write_lat: side 0 stamps and writes i, waits for the answer i; side 1 waits for i and
 /// answers with i. Every 64th WRITE is signaled and waited for (the send queue drains).
 /// Messages of up to `inline_max` bytes are posted inline (dev::write_inline: the payload in
@@ -226,11 +232,18 @@ void cpu_lat_side(const CpuJob& me, int side, uint32_t size, uint32_t iters, uin
                   unsigned long long* stamps, Failure* fail, const Abort& abort) {
     uint64_t* mine = reinterpret_cast<uint64_t*>(me.src + 4096) + (size / 8 - 1);  // where the peer's writes land
     uint64_t* out = reinterpret_cast<uint64_t*>(me.src);
-    // The clock is read only once a wait is long (1024 turns): a read is not free (see LatClock).
+    // The wait spins on the word alone for kLatSpinTurns turns, as perftest's ping-pong does
+    // all the time, and only then backs off (cpu_idle: yields, then sleeps) and reads the clock
+    // (every 1024 turns; a read is not free, see LatClock). Backing off after cpu_idle's 64
+    // turns put a sched_yield on the path of every message: the word lands while the waiter is
+    // inside the system call, and is seen only when it returns. In the Soft-RoCE VM that was
+    // about 1 us of each one-way latency (paired ratio to perftest 0.848 -> 0.953, one boot,
+    // docs/performance.md "Session 24").
     auto await = [&](uint32_t i, Step step) {
         uint64_t t0 = 0;
         for (uint32_t spins = 0; __atomic_load_n(mine, __ATOMIC_ACQUIRE) != i; ++spins) {
-            cpu_idle(spins);
+            if (spins < kLatSpinTurns) continue;
+            cpu_idle(spins - kLatSpinTurns);
             if ((spins & 1023) != 1023) continue;
             const uint64_t now = atom::now_ns();
             if (!t0) t0 = now;
