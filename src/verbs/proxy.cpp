@@ -54,7 +54,9 @@ void ProxyQp::reset_progress() {
 // sees `again` and steps once more; taking `again` back with acquire makes the work published
 // before it (the doorbell records moved) visible to that step.
 size_t step_held(ProxyQp& p, ProxyStep& stepper) {
-    p.again.exchange(false, std::memory_order_acquire);  // this step covers what was asked so far
+    // This step covers what was asked so far. Unasked (the common case), the flag is only
+    // read: a request made after this load is seen by let_go_checked.
+    if (p.again.load(std::memory_order_relaxed)) p.again.exchange(false, std::memory_order_acquire);
     const size_t work = stepper.step(p);
     return work + let_go_checked(p, stepper);
 }
@@ -98,12 +100,17 @@ void Proxy::detach(ProxyQp* qp) {
 
 void Proxy::step_inline(ProxyQp* qp) {
     if (!inline_ || qp->thread < 0) return;
-    // Ask for a step first (the Dekker pair above step_held): if the QP is held, its holder
-    // steps it again before letting go, so this thread's work never waits for the proxy
-    // thread's next turn. Release: what this thread published is visible with the flag.
-    qp->again.store(true, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!qp->try_hold()) return;
+    // Free (a CPU initiator's common case): this thread takes the QP and steps what it
+    // published itself (program order), with no request to make. Held: it asks for a step
+    // (the Dekker pair above step_held), so that the holder steps again before letting go and
+    // this thread's work never waits for the proxy thread's next turn (release: what this
+    // thread published is visible with the flag), then tries once more. Made every time, the
+    // request put a store, a full fence and an exchange on every CPU-initiated message's path.
+    if (!qp->try_hold()) {
+        qp->again.store(true, std::memory_order_release);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!qp->try_hold()) return;
+    }
     // Batch arrays per CPU thread (the same for every context it posts on: one holder at a
     // time per thread), made on its first inline step.
     thread_local ProxyScratch scratch;

@@ -36,9 +36,112 @@ uint8_t mlx5_opcode_of(ibv_wr_opcode op) {
     }
 }
 
+namespace {
+
+/// The header of the work request both paths below write: the fields an RC work request uses,
+/// each set (a memset of the whole struct, 128 bytes with its UD/MW/TSO unions, was a third of
+/// the translation's time); the rest stays as the slot was made (zeroed once).
+void begin_wr(const mlx5::WqeReader& w, uint64_t pos, bool user_signaled, SendSlot& out) {
+    ibv_send_wr& wr = out.wr;
+    const uint8_t op = w.opcode();
+    wr.next = nullptr;
+    wr.imm_data = 0;
+    wr.wr.atomic.remote_addr = 0;
+    wr.wr.atomic.compare_add = 0;
+    wr.wr.atomic.swap = 0;
+    wr.wr.atomic.rkey = 0;
+    wr.wr_id = send_wr_id(pos, user_signaled);
+    wr.opcode = wr_opcode_of(op);
+    wr.sg_list = out.sge;
+    const uint8_t f = w.ctrl().fm_ce_se;
+    unsigned flags = 0;
+    if (f & MLX5_WQE_CTRL_CQ_UPDATE) flags |= IBV_SEND_SIGNALED;
+    if (f & kFenceModeMask) flags |= IBV_SEND_FENCE;
+    if (f & MLX5_WQE_CTRL_SOLICITED) flags |= IBV_SEND_SOLICITED;
+    wr.send_flags = flags;
+    // The immediate is in wire order in both formats (ctrl.imm and ibv_send_wr.imm_data).
+    if (op == MLX5_OPCODE_RDMA_WRITE_IMM || op == MLX5_OPCODE_SEND_IMM) wr.imm_data = w.ctrl().imm_be;
+}
+
+/// Copies an inline payload out of the ring (it may run past the ring's end: two pieces) and
+/// points the work request's one entry at the copy (the provider copies it again during
+/// ibv_post_send, so the buffer is free after). Returns the payload's length.
+uint32_t take_inline(const mlx5::WqeReader& w, uint32_t k, SendSlot& out, uint8_t* inline_buf) {
+    const mlx5::InlinePayload in = w.inline_payload(k);
+    std::memcpy(inline_buf, in.first, in.first_len);
+    if (in.second_len) std::memcpy(inline_buf + in.first_len, in.second, in.second_len);
+    out.sge[0] = {reinterpret_cast<uint64_t>(inline_buf), in.length(), 0};
+    out.wr.num_sge = 1;
+    out.wr.send_flags |= IBV_SEND_INLINE;
+    return in.length();
+}
+
+/// The WQE nearly every poster posts, in one pass: one WQEBB (ds <= 4) whose ctrl names its
+/// own position and QP, a WRITE, WRITE_IMM, READ, SEND or SEND_IMM with exactly one data
+/// segment, or a WRITE / SEND (with or without immediate) with one inline payload within
+/// max_inline. Every check of the general path holds for such a WQE: one WQEBB fits any
+/// published count (>= 1), its one segment is at most 2 GiB and within any granted max_sge
+/// (>= 1), and its payload ends inside the WQE; so it translates to the same work request
+/// (tests/verbs/proxy_translate_test.cpp, ProxyTranslate.OnePassMatchesTheGeneralPath, checks
+/// them against each other). The general path reads the ctrl's fields, then the body twice
+/// (checks, then the entries); this reads each once: about half the instructions per WQE.
+/// False (nothing written): not such a WQE.
+bool translate_one_pass(const mlx5::WqeReader& w, uint64_t pos, const SendLimits& lim, SendSlot& out,
+                        uint8_t* inline_buf, SendTranslation& t) {
+    const mlx5::CtrlFields& c = w.ctrl();
+    uint32_t k;  // the unit of the one data (or inline) segment
+    switch (c.opcode) {
+        case MLX5_OPCODE_RDMA_WRITE:
+        case MLX5_OPCODE_RDMA_WRITE_IMM:
+        case MLX5_OPCODE_RDMA_READ: k = 2; break;
+        case MLX5_OPCODE_SEND:
+        case MLX5_OPCODE_SEND_IMM: k = 1; break;
+        default: return false;
+    }
+    if (c.ds <= k || c.ds > 4 || c.wqe_index != uint16_t(pos) || c.qpn != lim.qpn || lim.max_sge == 0) return false;
+    const mlx5::DataFields d = w.data(k);
+    const bool inl = (d.byte_count & MLX5_INLINE_SEG) != 0;
+    if (inl) {
+        const uint32_t len = d.byte_count & ~uint32_t(MLX5_INLINE_SEG);
+        if (c.opcode == MLX5_OPCODE_RDMA_READ || len > lim.max_inline || mlx5::inline_ds(len) > c.ds - k) return false;
+    } else if (c.ds != k + 1) {
+        return false;  // more than one entry
+    }
+    begin_wr(w, pos, t.user_signaled, out);
+    if (k == 2) {
+        const mlx5::RaddrFields ra = w.raddr();
+        out.wr.wr.rdma.remote_addr = ra.raddr;
+        out.wr.wr.rdma.rkey = ra.rkey;
+    }
+    if (inl) {
+        t.byte_len = take_inline(w, k, out, inline_buf);
+    } else {
+        // mlx5 reads a byte count of 0 as 2 GiB (mlx5::data_len); an ibv_sge says so with
+        // 0x80000000 (0 would be an empty segment).
+        const uint32_t len = uint32_t(mlx5::data_len(d.byte_count));
+        out.sge[0] = {d.addr, len, d.lkey};
+        out.wr.num_sge = 1;
+        t.byte_len = len;
+    }
+    t.kind = SendKind::Post;
+    return true;
+}
+
+}  // namespace
+
 SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t pos, uint32_t published,
                                const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
     const mlx5::WqeReader w(ring, log_bb, pos);
+    SendTranslation t{};
+    t.opcode = w.opcode();
+    t.user_signaled = w.signaled();
+    t.bbs = w.bbs();
+    if (translate_one_pass(w, pos, lim, out, inline_buf, t)) return t;
+    return translate_send_general(w, pos, published, lim, out, inline_buf);
+}
+
+SendTranslation translate_send_general(const mlx5::WqeReader& w, uint64_t pos, uint32_t published,
+                                       const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
     SendTranslation t{};
     t.opcode = w.opcode();
     t.user_signaled = w.signaled();
@@ -69,27 +172,8 @@ SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t po
         return t;
     }
 
-    // The fields an RC work request uses, each set (a memset of the whole struct, 128 bytes with
-    // its UD/MW/TSO unions, was a third of the translation's time); the rest stays as the slot
-    // was made (zeroed once).
+    begin_wr(w, pos, t.user_signaled, out);
     ibv_send_wr& wr = out.wr;
-    wr.next = nullptr;
-    wr.send_flags = 0;
-    wr.imm_data = 0;
-    wr.wr.atomic.remote_addr = 0;
-    wr.wr.atomic.compare_add = 0;
-    wr.wr.atomic.swap = 0;
-    wr.wr.atomic.rkey = 0;
-    wr.wr_id = send_wr_id(pos, t.user_signaled);
-    wr.opcode = wr_opcode_of(op);
-    wr.sg_list = out.sge;
-    const uint8_t f = w.ctrl().fm_ce_se;
-    if (f & MLX5_WQE_CTRL_CQ_UPDATE) wr.send_flags |= IBV_SEND_SIGNALED;
-    if (f & kFenceModeMask) wr.send_flags |= IBV_SEND_FENCE;
-    if (f & MLX5_WQE_CTRL_SOLICITED) wr.send_flags |= IBV_SEND_SOLICITED;
-    // The immediate is in wire order in both formats (ctrl.imm and ibv_send_wr.imm_data).
-    if (op == MLX5_OPCODE_RDMA_WRITE_IMM || op == MLX5_OPCODE_SEND_IMM) wr.imm_data = w.ctrl().imm_be;
-
     if (mlx5::is_atomic(op)) {
         const mlx5::RaddrFields ra = w.raddr();
         const mlx5::AtomicFields at = w.atomic();
@@ -118,20 +202,12 @@ SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t po
     for (uint32_t k = w.first_data(); k < w.ds(); ++k) {
         const mlx5::DataFields d = w.data(k);
         if (d.byte_count & MLX5_INLINE_SEG) {
-            // check_body accepted it: alone, within max_inline and within the WQE. The payload
-            // may run past the ring's end (two pieces): one contiguous copy is posted inline
-            // (the provider copies it again during ibv_post_send, so the buffer is free after).
-            const mlx5::InlinePayload in = w.inline_payload(k);
-            std::memcpy(inline_buf, in.first, in.first_len);
-            if (in.second_len) std::memcpy(inline_buf + in.first_len, in.second, in.second_len);
-            out.sge[0] = {reinterpret_cast<uint64_t>(inline_buf), in.length(), 0};
-            n = 1;
-            total = in.length();
-            wr.send_flags |= IBV_SEND_INLINE;
-            break;
+            // check_body accepted it: alone, within max_inline and within the WQE.
+            t.byte_len = take_inline(w, k, out, inline_buf);
+            t.kind = SendKind::Post;
+            return t;
         }
-        // mlx5 reads a byte count of 0 as 2 GiB (mlx5::data_len); an ibv_sge says so with
-        // 0x80000000 (0 would be an empty segment).
+        // A byte count of 0 is 2 GiB, as in translate_one_pass.
         out.sge[n++] = {d.addr, uint32_t(mlx5::data_len(d.byte_count)), d.lkey};
         total += mlx5::data_len(d.byte_count);
     }

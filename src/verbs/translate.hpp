@@ -100,6 +100,13 @@ struct SendTranslation {
 SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t pos, uint32_t published,
                                const SendLimits& lim, SendSlot& out, uint8_t* inline_buf);
 
+/// translate_send's general path alone, on a reader of the WQE at `pos`: every check in the
+/// NIC's order, then the body entry by entry. translate_send takes the common WQE (one WQEBB,
+/// one data segment or one inline payload) on a path of one pass first; the tests check
+/// that both give the same.
+SendTranslation translate_send_general(const mlx5::WqeReader& w, uint64_t pos, uint32_t published,
+                                       const SendLimits& lim, SendSlot& out, uint8_t* inline_buf);
+
 /// The ibv_wr_opcode of an mlx5 opcode that is posted (IBV_WR_SEND for others; check first).
 ibv_wr_opcode wr_opcode_of(uint8_t mlx5_opcode);
 /// The mlx5 opcode of an ibv_wr_opcode the proxy posts (0xff for others).
