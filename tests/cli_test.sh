@@ -22,7 +22,8 @@
 #                 naming the mistake; a device that does not exist fails at once (exit 1, the
 #                 reason) before the server listens or the client connects, for the latency and
 #                 the bandwidth tests. Its runs: tests/verbs/bench_two_process.sh
-#   bench-server  (needs a GPU; exit 77, a skip, without one) a gv_write_bw client with nobody
+#   bench-server  (needs a GPU; exit 77, a skip, without one) gv_send_bw in one process refuses
+#                 a grid the GPU cannot run whole (exit 2, what fits); a gv_write_bw client with nobody
 #                 listening says once what it waits for; gv_write_bw --server survives a client
 #                 that connects and closes, one that sends garbage and one that asks for another
 #                 test: each rejected with its reason; then a real client is served.
@@ -311,6 +312,16 @@ bench_server() {
         fi
     }
     trap '[ -n "$spid" ] && kill -9 "$spid" 2>/dev/null; rm -rf "$tmp"; stop_mps' EXIT
+    # send_bw in one process: a grid the GPU cannot run whole (a sender and a receiver block per
+    # QP, 8192 blocks of 512 threads: more than any GPU holds at once) is refused at once, saying
+    # what fits, instead of failing after the senders' 20 s wait.
+    timeout -k 2 60 "$build/tools/gv_send_bw" -q 4096 -t 512 -n 10 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    out=$(cat "$tmp/out")
+    err=$(cat "$tmp/err")
+    expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "so it needs 8192 blocks of 512 threads running at once"
+    expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "QPs at -t 512, fewer threads per block, or two processes"
+    checks=$((checks + 2))
     # Nobody listening on port 1: the client says once what it waits for.
     timeout -k 2 60 "$bw" 127.0.0.1 --port 1 --timeout 2 >"$tmp/out" 2>"$tmp/err"
     rc=$?

@@ -77,12 +77,36 @@ namespace {
 
 // ---- loopback: QP pairs of one process ----------------------------------------------------------
 
+/// send_bw in one process on one GPU launches a block of senders and a block of receivers per QP
+/// in one grid, and a sender waits for completions that only its receiver's receives let come:
+/// a grid larger than what the GPU runs at once left receivers unscheduled behind senders that
+/// waited for them, and every run failed after the 20 s wait ("waiting for the completion of
+/// SEND #511: Timeout", -q 264 -t 512 on an H200, which runs one such block per SM). Refused
+/// before anything starts, saying what fits. (Two GPUs, --peer-gpu, run the receivers in a grid
+/// of their own on the peer; two processes likewise.)
+void check_send_grid_fits(const Opts& o, int gpu) {
+    int per_sm = 0, sms = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bw_kernel<false>, int(o.threads), 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, gpu));
+    const uint64_t fits = uint64_t(per_sm) * uint64_t(sms), need = 2ull * o.qps;
+    if (need <= fits) return;
+    const std::string t = std::to_string(o.threads);
+    throw gvcli::UsageError(
+        "-q " + std::to_string(o.qps) + " -t " + t + ": send_bw in one process runs a sender and a receiver block "
+        "per QP, all at once (each sender waits for its receiver's receives), so it needs " + std::to_string(need) +
+        " blocks of " + t + " threads running at once; " + gvbench::gpu_name(gpu) + " runs at most " +
+        std::to_string(fits) + " of this kernel's (" + std::to_string(per_sm) + " per SM x " + std::to_string(sms) +
+        " SMs). Use at most " + std::to_string(fits / 2) + " QPs at -t " + t +
+        ", fewer threads per block, or two processes (--server and a client)");
+}
+
 int run_loopback(Opts& o) {
     gvbench::require_gpu();
     check_gpus(o);
     const int op = op_index(o.op);
     const bool xgpu = o.peer_gpu >= 0;
     CUDA_CHECK(cudaSetDevice(o.gpu));
+    if (op == 2 && !o.lat && o.gpu_init && !xgpu) check_send_grid_fits(o, o.gpu);
     Context ctx(context_for(o));
     if (ctx.backend() != Backend::Soft) std::fprintf(stderr, "# %s: %s\n", ctx.name().c_str(), ctx.selection().c_str());
     ProtectionDomain pd(ctx);
