@@ -411,14 +411,18 @@ int main(int argc, char** argv) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the spinning phase
                 const double c0 = cpu();
                 const auto t0 = Clock::now();
-                const uint64_t s0 = v::proxy_of(ctx)->stats().sleeps;
+                const v::ProxyStats st0 = v::proxy_of(ctx)->stats();
                 std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
                 const double wall = secs(t0, Clock::now()), used = cpu() - c0;
-                const uint64_t sleeps = v::proxy_of(ctx)->stats().sleeps - s0;
+                const v::ProxyStats st1 = v::proxy_of(ctx)->stats();
+                const double sleeps = double(st1.sleeps - st0.sleeps), turns = double(st1.loops - st0.loops);
+                // Turns of the threads' loops: with --idle-sleep-us 0 (they never sleep) the time of
+                // one turn over every QP of a thread, i.e. how late an idle thread sees new work.
                 std::printf(
                     "idle: %u proxy thread(s), %u QPs, max idle sleep %u us: %.1f%% of a core, %.0f "
-                    "wake-ups/s\n",
-                    a.proxy_threads, a.qps, a.idle_sleep_us, 100.0 * used / wall, double(sleeps) / wall);
+                    "wake-ups/s, %.0f turns of the loop/s (%.0f ns a turn)\n",
+                    a.proxy_threads, a.qps, a.idle_sleep_us, 100.0 * used / wall, sleeps / wall, turns / wall,
+                    turns > 0 ? used * 1e9 / turns : 0.0);
                 return 0;
             }
             {

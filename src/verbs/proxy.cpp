@@ -45,6 +45,21 @@ void ProxyQp::reset_progress() {
     recv_inflight = 0;
     error = false;
     again.store(false, std::memory_order_relaxed);
+    quiet_sq.store(kNotQuiet, std::memory_order_relaxed);
+    quiet_rq.store(kNotQuiet, std::memory_order_relaxed);
+}
+
+void ProxyQp::note_quiet() {
+    const bool q = !send_inflight && !recv_inflight && head == tail && !halted;
+    quiet_sq.store(q ? uint32_t(sq_ci & 0xffff) : kNotQuiet, std::memory_order_relaxed);
+    quiet_rq.store(q ? uint32_t(rq_ci & 0xffff) : kNotQuiet, std::memory_order_relaxed);
+}
+
+bool ProxyQp::quiet() const {
+    const uint32_t s = quiet_sq.load(std::memory_order_relaxed);
+    if (s == kNotQuiet) return false;
+    return mlx5::read_sq_dbrec(q.dbrec, true) == s &&
+           mlx5::read_rq_dbrec(q.dbrec, true) == quiet_rq.load(std::memory_order_relaxed);
 }
 
 // The hand-off between a CPU thread that published work and the QP's holder is a Dekker pair:
@@ -194,6 +209,7 @@ void ProxyThread::add_stats(ProxyStats& s) const {
     ctr_.add_to(s);
     s.loops += loops_.load(std::memory_order_relaxed);
     s.sleeps += sleeps_.load(std::memory_order_relaxed);
+    s.quiet_passes += quiet_passes_.load(std::memory_order_relaxed);
 }
 
 bool ProxyThread::apply_changes() {
@@ -224,11 +240,17 @@ void ProxyThread::run() {
             if (apply_changes()) return;
         }
         size_t work = 0;
+        uint64_t passed = 0;
         for (ProxyQp* p : qps_) {
+            if (p->quiet()) {  // nothing new since its last step left it idle
+                ++passed;
+                continue;
+            }
             if (!p->try_hold()) continue;  // a CPU thread steps it inline right now
             work += step_held(*p, stepper);
         }
         bump(loops_);
+        if (passed) bump(quiet_passes_, passed);
         if (work) {
             idle = 0;
             continue;

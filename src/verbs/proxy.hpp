@@ -60,6 +60,7 @@ struct ProxyStats {
     uint64_t inline_steps = 0;  ///< steps CPU threads ran themselves on committing or waiting (Proxy::step_inline)
     uint64_t loops = 0;
     uint64_t sleeps = 0;
+    uint64_t quiet_passes = 0;  ///< QPs a proxy thread's turn passed without taking them (ProxyQp::quiet)
 };
 
 /// One QP as its holders see it. The host object (verbs_backend.cpp) fills the first part
@@ -117,6 +118,23 @@ struct ProxyQp {
     /// once more before it lets go for good (step_held). Without it the work waited for the
     /// proxy thread's next turn, which can come a whole idle sleep (max_idle_sleep_us) later.
     std::atomic<bool> again{false};
+
+    /// What the last holder left, for the proxy thread to read without taking the QP: the send
+    /// and receive doorbell positions (their records' low 16 bits) up to which it had consumed
+    /// everything with nothing in flight, nothing held back and nothing waiting at the head of
+    /// `track`; kNotQuiet otherwise. A QP whose records still read these has nothing to do
+    /// (quiet()), so the proxy thread passes it with a few loads instead of the hold's
+    /// exchange, the step and the let-go's fence: an idle QP cost every turn of the loop about
+    /// as much as a busy one, so a thread with many QPs came back to its active one late.
+    static constexpr uint32_t kNotQuiet = ~0u;
+    std::atomic<uint32_t> quiet_sq{kNotQuiet}, quiet_rq{kNotQuiet};
+    /// By the holder, at the end of each step (relaxed stores; a reader that sees an old value
+    /// steps the QP once for nothing, or passes it once: the new value follows).
+    void note_quiet();
+    /// True when the last holder left nothing to do and no doorbell record moved since. New
+    /// work always moves a record (or is a holder's, who steps it); completions come only for
+    /// work in flight, which keeps the QP out of quiet. Not for the holder's own use.
+    bool quiet() const;
 
     /// Back to the start (a new QP, or after QueuePair::reset()).
     void reset_progress();
@@ -255,7 +273,7 @@ private:
     bool kicked_ = false;
 
     ProxyCounters ctr_;
-    std::atomic<uint64_t> loops_{0}, sleeps_{0};
+    std::atomic<uint64_t> loops_{0}, sleeps_{0}, quiet_passes_{0};
     ProxyScratch scratch_;
 
     std::thread thread_;

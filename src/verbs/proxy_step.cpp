@@ -32,6 +32,7 @@ size_t ProxyStep::step(ProxyQp& p) {
         work += polled;
         if (polled) work += post_sends(p, st);
     }
+    p.note_quiet();
     return work;
 }
 

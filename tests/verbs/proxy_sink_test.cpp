@@ -433,6 +433,54 @@ TEST(ProxySink, ThreadsQpsAndASharedCq) {
     EXPECT_EQ(st.send_wrs, uint64_t(kQps * kPerQp));
 }
 
+// A proxy thread passes a QP whose last step left nothing to do, and whose doorbell records have
+// not moved since, with a few loads (ProxyQp::quiet) instead of taking and stepping it; work
+// published on any such QP is still served. 32 QPs on one proxy thread, inline steps off (only
+// the thread posts and polls): one pair after another gets a receive, a SEND into it and a
+// WRITE; every message lands, completes and is posted once, and the thread passed idle QPs.
+TEST(ProxySink, QuietQpsPassedPublishedWorkServed) {
+    auto s = sink(true);
+    VerbsOptions vo;
+    vo.proxy_threads = 1;
+    vo.max_idle_sleep_us = 50;
+    vo.cpu_posts_inline = false;
+    Context ctx = v::open_sink_context(s, vo);
+    ProtectionDomain pd(ctx);
+    constexpr int kPairs = 16, kRounds = 3;
+    std::vector<std::unique_ptr<CompletionQueue>> cq;
+    std::vector<std::unique_ptr<QueuePair>> qp;
+    for (int i = 0; i < 2 * kPairs; ++i) {
+        cq.push_back(std::make_unique<CompletionQueue>(ctx, CqOptions{64}));
+        QpOptions o;
+        o.send_cq = o.recv_cq = cq.back().get();
+        qp.push_back(std::make_unique<QueuePair>(pd, o));
+    }
+    for (int i = 0; i < 2 * kPairs; ++i) qp[size_t(i)]->connect(qp[size_t(i ^ 1)]->endpoint());
+    HostBuf src(pd, 64, kLocalWrite), dst(pd, 64 * 2 * kPairs, kAllAccess, 0);
+    const uint64_t passed0 = v::proxy_of(ctx)->stats().quiet_passes;
+    for (int r = 0; r < kRounds; ++r)
+        for (int i = 0; i < kPairs; ++i) {
+            SCOPED_TRACE("round " + std::to_string(r) + " pair " + std::to_string(i));
+            gvtest::fill_random(src.data(), 64, uint64_t(r * kPairs + i));
+            const dev::QpHandle a = qp[size_t(2 * i)]->device_handle(), b = qp[size_t(2 * i + 1)]->device_handle();
+            uint8_t* into = dst.data() + 64 * 2 * i;
+            ASSERT_EQ(dev::recv(b, into, 32, dst.lkey()), Status::Ok);
+            ASSERT_EQ(dev::send(a, src.at(0), 32, src.lkey()), Status::Ok);
+            ASSERT_EQ(dev::write(a, src.at(32), 32, src.lkey(), dst.addr(64 * 2 * i + 32), dst.rkey()), Status::Ok);
+            ASSERT_EQ(dev::commit(a), Status::Ok);
+            Completion c[3];
+            ASSERT_EQ(dev::wait_cq(a, cq[size_t(2 * i)]->device_handle(), 2, c, kTimeout), Status::Ok);
+            ASSERT_EQ(dev::wait_cq(b, cq[size_t(2 * i + 1)]->device_handle(), 1, c + 2, kTimeout), Status::Ok);
+            for (const Completion& x : c) EXPECT_TRUE(x.ok()) << describe(x);
+            EXPECT_EQ(gvtest::first_diff(into, src.data(), 64), -1) << "the SEND's 32 bytes, then the WRITE's";
+        }
+    const v::ProxyStats st = v::proxy_of(ctx)->stats();
+    EXPECT_EQ(st.inline_steps, 0u);
+    EXPECT_EQ(st.send_wrs, uint64_t(2 * kPairs * kRounds)) << "every WQE posted once";
+    EXPECT_EQ(st.recv_wrs, uint64_t(kPairs * kRounds));
+    EXPECT_GT(st.quiet_passes - passed0, uint64_t(kPairs * kRounds)) << "idle QPs were stepped, not passed";
+}
+
 // Shutdown with work outstanding: QPs and the context go away while the device holds work
 // and posters have more in the rings; nothing hangs, nothing is touched after (ASan).
 TEST(ProxySink, ShutdownWithWorkOutstanding) {
