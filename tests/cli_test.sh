@@ -51,7 +51,14 @@ die() {
 run() {
     local secs=$1
     shift
-    CUDA_VISIBLE_DEVICES="" timeout -k 2 "$secs" "$@" >"$tmp/out" 2>"$tmp/err"
+    run_gpu "$secs" env CUDA_VISIBLE_DEVICES= "$@"
+}
+
+# run_gpu SECS CMD...: as run, with the machine's GPUs visible (the bench-server case).
+run_gpu() {
+    local secs=$1
+    shift
+    timeout -k 2 "$secs" "$@" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     out=$(cat "$tmp/out")
     err=$(cat "$tmp/err")
@@ -315,18 +322,11 @@ bench_server() {
     # send_bw in one process: a grid the GPU cannot run whole (a sender and a receiver block per
     # QP, 8192 blocks of 512 threads: more than any GPU holds at once) is refused at once, saying
     # what fits, instead of failing after the senders' 20 s wait.
-    timeout -k 2 60 "$build/tools/gv_send_bw" -q 4096 -t 512 -n 10 >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
+    run_gpu 60 "$build/tools/gv_send_bw" -q 4096 -t 512 -n 10
     expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "so it needs 8192 blocks of 512 threads running at once"
     expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "QPs at -t 512, fewer threads per block, or two processes"
-    checks=$((checks + 2))
     # Nobody listening on port 1: the client says once what it waits for.
-    timeout -k 2 60 "$bw" 127.0.0.1 --port 1 --timeout 2 >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
+    run_gpu 60 "$bw" 127.0.0.1 --port 1 --timeout 2
     expect "gv_write_bw HOST with nobody listening" 1 err "waiting for a server at 127.0.0.1:1 (up to 2 s)..."
     [ "$(grep -c "waiting for a server" "$tmp/err")" = 1 ] || fail "the client said more than once that it waits"
     "$bw" --server --port 0 --timeout 120 >"$tmp/server.out" 2>"$tmp/server.err" &
