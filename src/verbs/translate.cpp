@@ -128,25 +128,19 @@ bool translate_one_pass(const mlx5::WqeReader& w, uint64_t pos, const SendLimits
     return true;
 }
 
-}  // namespace
-
-SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t pos, uint32_t published,
-                               const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
-    const mlx5::WqeReader w(ring, log_bb, pos);
+/// What every translation reports whatever it finds: the opcode, CQ_UPDATE, the WQEBBs to pass.
+SendTranslation translation_of(const mlx5::WqeReader& w) {
     SendTranslation t{};
     t.opcode = w.opcode();
     t.user_signaled = w.signaled();
     t.bbs = w.bbs();
-    if (translate_one_pass(w, pos, lim, out, inline_buf, t)) return t;
-    return translate_send_general(w, pos, published, lim, out, inline_buf);
+    return t;
 }
 
-SendTranslation translate_send_general(const mlx5::WqeReader& w, uint64_t pos, uint32_t published,
-                                       const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
-    SendTranslation t{};
-    t.opcode = w.opcode();
-    t.user_signaled = w.signaled();
-    t.bbs = w.bbs();
+/// The general path, on a translation_of(w) already made: every check in the NIC's order,
+/// then the body entry by entry.
+SendTranslation translate_general(const mlx5::WqeReader& w, uint64_t pos, uint32_t published, const SendLimits& lim,
+                                  SendSlot& out, uint8_t* inline_buf, SendTranslation t) {
     // The NIC's checks, in its order (mlx5::WqeReader): size against what is published, the
     // ctrl segment (its own index and QP, a size, a known opcode), then the body.
     if (!w.fits(published)) {
@@ -216,6 +210,21 @@ SendTranslation translate_send_general(const mlx5::WqeReader& w, uint64_t pos, u
     t.byte_len = uint32_t(total);
     t.kind = SendKind::Post;
     return t;
+}
+
+}  // namespace
+
+SendTranslation translate_send(const uint8_t* ring, uint32_t log_bb, uint64_t pos, uint32_t published,
+                               const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
+    const mlx5::WqeReader w(ring, log_bb, pos);
+    SendTranslation t = translation_of(w);
+    if (translate_one_pass(w, pos, lim, out, inline_buf, t)) return t;
+    return translate_general(w, pos, published, lim, out, inline_buf, t);
+}
+
+SendTranslation translate_send_general(const mlx5::WqeReader& w, uint64_t pos, uint32_t published,
+                                       const SendLimits& lim, SendSlot& out, uint8_t* inline_buf) {
+    return translate_general(w, pos, published, lim, out, inline_buf, translation_of(w));
 }
 
 bool translate_recv(const uint8_t* wqe, uint32_t stride, uint64_t index, uint32_t max_sge, RecvSlot& out) {
