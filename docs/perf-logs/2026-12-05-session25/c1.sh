@@ -8,5 +8,5 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $S 2>&1
 for b in B0 R1; do cuobjdump --dump-resource-usage .devcarry/$b/gv_write_bw 2>&1 | grep -A1 'bw_kernel' > $OUT/res-$b.txt; done
 timeout 430 bench/compare.sh --out $OUT/cmp --reps 2 --cases docs/perf-logs/2026-12-05-session25/c1-cases.txt \
-    B0=.devcarry/B0 R1=.devcarry/R1 >> $S 2>&1
+    B0=.devcarry/B0 R1=.devcarry/R1 R2=.devcarry/R2 >> $S 2>&1
 echo "compare exit $?" >> $S

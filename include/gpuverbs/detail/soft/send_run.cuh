@@ -80,9 +80,13 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
     bool signaled = false, uniform = true;
     // The spans of the run's sources and destinations so far.
     uint64_t s_lo = ~0ull, s_hi = 0, d_lo = ~0ull, d_hi = 0;
+    // SEND n's WQE and its receive's first entry (once read: have_rd). From the second SEND on,
+    // both were loaded during the checks of the one before (one memory latency a SEND, not two).
+    FastWqe cur = ring.load(lc.ci);
+    mlx5::DataFields rd{};
+    bool have_rd = false;
     while (n < most) {
         const unsigned long long ci = lc.ci + n;
-        const FastWqe cur = ring.load(ci);
         const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
         if (c.opcode != MLX5_OPCODE_SEND || c.ds != 2 || c.wqe_index != uint16_t(ci) || c.qpn != cfg.qpn) break;
         if (n == 0) imm = c.imm_be;
@@ -98,7 +102,19 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
         // The receive record again when the receives it showed are used up (none at all: the
         // RNR rules, in prepare()).
         if (n == posted && (posted = receives_posted(v, rc)) <= n) break;
-        const mlx5::DataFields rd = mlx5::read_data_seg(rq_wqe(v, rc + n));
+        if (!have_rd) rd = mlx5::read_data_seg(rq_wqe(v, rc + n));
+        // The next SEND's WQE (published: n + 1 < most <= pending) and receive (posted: the
+        // record's acquire above covers it), loaded while this one's regions are checked.
+        FastWqe next = cur;
+        mlx5::DataFields rd_next{};
+        have_rd = false;
+        if (n + 1 < most) {
+            next = ring.load(ci + 1);
+            if (n + 1 < posted) {
+                rd_next = mlx5::read_data_seg(rq_wqe(v, rc + n + 1));
+                have_rd = true;
+            }
+        }
         if (rd.lkey == MLX5_INVALID_LKEY || mlx5::data_len(rd.byte_count) < len) break;
         uint32_t rsys = 0;
         const uint64_t rp =
@@ -118,6 +134,8 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
             signaled = true;
             break;
         }
+        cur = next;
+        rd = rd_next;
     }
     if (n == 0) return 0;
     unsigned long long seen = rc;  // claim_receive leaves the rq_ci it found here
