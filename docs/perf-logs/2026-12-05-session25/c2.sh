@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 25: the README's test command (sanitizer tree skipped: it does not fit the call; it
 # runs in CI on the development machine), then, in what is left of the call, one round of
-# c2-cases.txt with the carried builds B0 (main 5dd3664), R1 (bd5ee05) and R2 (R1 with the next SEND's WQE and receive loaded during the checks), all built on the
+# c2-cases.txt with the carried builds B0 (main 5dd3664) and R2 (9922990: SENDs in runs), both built on the
 # development machine (cmake Release, nvcc 13.0, sm_90, target gv_write_bw).
 set -u
 S=$OUT/summary.txt
@@ -10,9 +10,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $S 2>&1
 echo "tests exit $? after ${SECONDS} s" >> $S
 grep -E 'tests passed|FAILED|all tests passed|Total Test' $OUT/tests.log >> $S
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-left=$((585 - SECONDS))
+left=$((560 - SECONDS))
 if [ $left -gt 20 ]; then
     timeout $left bench/compare.sh --out $OUT/cmp --reps 1 --cases docs/perf-logs/2026-12-05-session25/c2-cases.txt \
-        B0=.devcarry/B0 R1=.devcarry/R1 R2=.devcarry/R2 >> $S 2>&1
+        B0=.devcarry/B0 R2=.devcarry/R2 >> $S 2>&1
     echo "compare exit $?" >> $S
 fi
