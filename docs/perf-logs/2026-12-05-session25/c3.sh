@@ -14,7 +14,7 @@ for t in gv_gpu_tests gv_gpu_traffic_tests; do
     echo "$t exit $? at ${SECONDS} s" >> $S
     grep -E '^\[  PASSED|^\[  FAILED|tests ran|^\[  SKIPPED' $OUT/$t.log | head -20 >> $S
 done
-left=$((440 - SECONDS))
+left=$((${GV_DEADLINE:-440} - SECONDS))
 if [ $left -gt 20 ]; then
     timeout $left bench/compare.sh --out $OUT/cmp --reps 1 --cases docs/perf-logs/2026-12-05-session25/c2-cases.txt \
         B0=.devcarry/B0 R2=.devcarry/R2 >> $S 2>&1
