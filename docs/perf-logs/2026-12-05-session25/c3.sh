@@ -13,6 +13,12 @@ for t in gv_gpu_tests gv_gpu_traffic_tests; do
     timeout 170 .devcarry/T/$t > $OUT/$t.log 2>&1
     echo "$t exit $? at ${SECONDS} s" >> $S
     grep -E '^\[  PASSED|^\[  FAILED|tests ran|^\[  SKIPPED' $OUT/$t.log | head -20 >> $S
+    # ctest runs each test in a process of its own; a test that failed in the shared process runs
+    # again alone.
+    for f in $(grep -E '^\[  FAILED  \] [A-Za-z]' $OUT/$t.log | grep -v ' listed below' | awk '{print $4}' | sort -u); do
+        timeout 60 .devcarry/T/$t --gtest_filter="$f" > $OUT/$t-alone-$f.log 2>&1
+        echo "  alone: $f exit $?" >> $S
+    done
 done
 left=$((${GV_DEADLINE:-440} - SECONDS))
 if [ $left -gt 20 ]; then
