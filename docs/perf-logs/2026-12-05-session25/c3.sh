@@ -10,7 +10,7 @@ S=$OUT/summary.txt
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $S 2>&1
 for t in gv_gpu_tests gv_gpu_traffic_tests; do
-    timeout 170 .devcarry/T/$t > $OUT/$t.log 2>&1
+    timeout ${GV_TEST_LIMIT:-170} .devcarry/T/$t > $OUT/$t.log 2>&1
     echo "$t exit $? at ${SECONDS} s" >> $S
     grep -E '^\[  PASSED|^\[  FAILED|tests ran|^\[  SKIPPED' $OUT/$t.log | head -20 >> $S
     # ctest runs each test in a process of its own; a test that failed in the shared process runs
