@@ -23,7 +23,8 @@
 #                 reason) before the server listens or the client connects, for the latency and
 #                 the bandwidth tests. Its runs: tests/verbs/bench_two_process.sh
 #   bench-server  (needs a GPU; exit 77, a skip, without one) gv_send_bw in one process refuses
-#                 a grid the GPU cannot run whole (exit 2, what fits); a gv_write_bw client with nobody
+#                 a grid the GPU cannot run whole (exit 2, what fits); gv_send_bw --rx-rounds 1 (late
+#                 receivers) completes; a gv_write_bw client with nobody
 #                 listening says once what it waits for; gv_write_bw --server survives a client
 #                 that connects and closes, one that sends garbage and one that asks for another
 #                 test: each rejected with its reason; then a real client is served.
@@ -253,6 +254,17 @@ bench_cpu_two_process() {
     expect "gv_write_bw -I 8" 2 err "--inline-size: the latency test's option (gv_write_lat)"
     run 20 "$lat" --device rxe0 -I 913
     expect "gv_write_lat -I 913" 2 err "-I 913: expected an integer in 0 .. 912"
+    # --rx-rounds: send_bw's receivers (a server's option in two processes), 1 or 2.
+    run 20 "$build/tools/gv_write_bw" --rx-rounds 2
+    expect "gv_write_bw --rx-rounds 2" 2 err "--rx-rounds: send_bw's receivers (--op send, bandwidth)"
+    run 20 "$build/tools/gv_send_bw" --rx-rounds 2 127.0.0.1
+    expect "gv_send_bw --rx-rounds 2 HOST" 2 err "--rx-rounds: the server's option"
+    run 20 "$build/tools/gv_send_bw" --rx-rounds 3
+    expect "gv_send_bw --rx-rounds 3" 2 err "--rx-rounds 3: expected an integer in 1 .. 2"
+    if ! bench_has_cuda; then
+        run 20 "$build/tools/gv_send_bw" --rx-rounds 1
+        expect "gv_send_bw --rx-rounds 1 (CPU initiators)" 2 err "--rx-rounds: send_bw's GPU receivers"
+    fi
     if bench_has_cuda; then
         run 20 "$lat" -I 8
         expect "gv_write_lat -I 8 (GPU initiators)" 2 err "--inline-size: CPU initiators only"
@@ -325,6 +337,12 @@ bench_server() {
     run_gpu 60 "$build/tools/gv_send_bw" -q 4096 -t 512 -n 10
     expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "so it needs 8192 blocks of 512 threads running at once"
     expect "gv_send_bw -q 4096 -t 512 in one process" 2 err "QPs at -t 512, fewer threads per block, or two processes"
+    # Receivers that repost a round only once the last one completed (--rx-rounds 1): most
+    # rounds' SENDs find no receive at first; every run completes (a group that waited in place
+    # for a receive once lost its plan's verdict and never executed the SENDs it had claimed
+    # receives for: a hang, session 26).
+    run_gpu 60 "$build/tools/gv_send_bw" -s 4096 -q 8 -t 256 -n 2048 --rx-rounds 1 --reps 2
+    expect "gv_send_bw --rx-rounds 1 (late receivers)" 0 out "4096"
     # Nobody listening on port 1: the client says once what it waits for.
     run_gpu 60 "$bw" 127.0.0.1 --port 1 --timeout 2
     expect "gv_write_bw HOST with nobody listening" 1 err "waiting for a server at 127.0.0.1:1 (up to 2 s)..."

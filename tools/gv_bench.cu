@@ -215,14 +215,15 @@ int run_loopback(Opts& o) {
                     if (xgpu && op == 2) {
                         // send_bw's receivers on the peer's GPU (every block receives), started first.
                         CUDA_CHECK(cudaSetDevice(o.peer_gpu));
-                        bw_kernel<false><<<nq, o.threads>>>(p_jobs->get(), 0, op, size, o.iters, p_fail->get());
+                        bw_kernel<false><<<nq, o.threads>>>(p_jobs->get(), 0, op, size, o.iters, p_fail->get(),
+                                                            o.rx_rounds);
                         CUDA_CHECK(cudaGetLastError());
                         CUDA_CHECK(cudaSetDevice(o.gpu));
                     }
                     // Between the two records nothing but the launch: their results are checked after.
                     const cudaError_t rec0 = cudaEventRecord(e0);
                     bw_kernel<false><<<op == 2 && !xgpu ? 2 * nq : nq, o.threads>>>(d_jobs.get(), nq, op, size,
-                                                                                    o.iters, d_fail.get());
+                                                                                    o.iters, d_fail.get(), o.rx_rounds);
                     const cudaError_t rec1 = cudaEventRecord(e1);
                     CUDA_CHECK(rec0);
                     CUDA_CHECK(rec1);
@@ -346,10 +347,18 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
         else if (args.is("--peer-gpu")) o.peer_gpu = int(num(0, 1023));
         else if (args.is("--no-mps")) o.no_mps = true;
         else if (args.is("--separate-commit")) o.separate_commit = true;
+        else if (args.is("--rx-rounds")) {
+            o.rx_rounds = num(1, 2);
+            o.given.insert("rx_rounds");
+        }
         else if (!args.is_option()) client_of(args.arg());
         else args.unknown();
     }
     if (o.lat && o.sizes.size() == 1 && o.sizes[0] == 65536) o.sizes = {8};
+    if (o.given.count("rx_rounds") && o.mode == Mode::Client)
+        throw gvcli::UsageError("--rx-rounds: the server's option (its kernel posts the receives of send_bw)");
+    if (o.given.count("rx_rounds") && o.mode == Mode::Loopback && (o.op != "send" || o.lat))
+        throw gvcli::UsageError("--rx-rounds: send_bw's receivers (--op send, bandwidth)");
     if (o.mode == Mode::Client && o.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
     if (o.peer_gpu >= 0 && o.peer_gpu == o.gpu)
         throw gvcli::UsageError("--peer-gpu " + std::to_string(o.peer_gpu) + " is this process's GPU (--gpu)");
@@ -382,6 +391,9 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
             throw gvcli::UsageError(std::string(o.peer_gpu >= 0 ? "--peer-gpu" : "--gpu") +
                                     ": CPU initiators on host memory use no GPU (" +
                                     (verbs_device(o) ? "the verbs backend" : "this build has no CUDA") + ")");
+        if (o.given.count("rx_rounds"))
+            throw gvcli::UsageError("--rx-rounds: send_bw's GPU receivers (CPU receivers keep their receive "
+                                    "queue full, reposting as each receive completes)");
         o.gpu_init = false;
         o.host_mem = true;
         if (o.mode == Mode::Server) return cpu_run_server(o, prog);

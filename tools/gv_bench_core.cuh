@@ -51,18 +51,30 @@ inline constexpr uint32_t kMaxBlockThreads = 512;
 
 template <bool kStop>
 __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, uint32_t nq, int op, uint32_t size, uint32_t iters,
-                          Failure* fail) {
+                          Failure* fail, uint32_t rx_rounds) {
     if (blockIdx.x >= nq) {  // receiver of a send_bw pair
         const uint32_t q = blockIdx.x - nq;
         const Job& j = jobs[q];
-        for (uint32_t base = 0; base < iters; base += blockDim.x) {
-            uint32_t n = min(blockDim.x, iters - base);
+        // rx_rounds 2 (--rx-rounds, the default): receives stay posted a round ahead of the
+        // sender (the receive queue holds two rounds: add_qp), as perftest's receiver keeps its
+        // rx-depth of receives posted; a sender that starts its next round before this block
+        // reposted would find no receive and wait under the RNR rules, which measures the
+        // receiver's turnaround, not SEND bandwidth. 1: the next round is posted once this one
+        // completed (that RNR path, measured on purpose).
+        auto post_round = [&](uint32_t base) {
+            const uint32_t n = min(blockDim.x, iters - base);
             if (threadIdx.x < n) {
                 uint64_t off = off_of(base + threadIdx.x, size, j.slice);
                 Status st = dev::recv(j.peer, j.dst + off, size, j.dkey);
                 if (st != Status::Ok)
                     record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, base + threadIdx.x, st);
             }
+        };
+        post_round(0);
+        for (uint32_t base = 0; base < iters; base += blockDim.x) {
+            uint32_t n = min(blockDim.x, iters - base);
+            const bool more = base + blockDim.x < iters;
+            if (more && rx_rounds > 1) post_round(base + blockDim.x);
             __syncthreads();
             if (threadIdx.x == 0) {
                 Status st = dev::wait_recv(j.peer, n, nullptr, 20'000'000'000ull);
@@ -72,6 +84,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
             if constexpr (kStop) {
                 if (block_stop(fail)) return;
             }
+            if (more && rx_rounds == 1) post_round(base + blockDim.x);
         }
         return;
     }

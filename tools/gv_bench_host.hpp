@@ -39,6 +39,7 @@ struct Opts {
     int peer_gpu = -1;    // --peer-gpu: the responder's GPU (loopback), the server's (client); -1: ours
     bool no_mps = false;  // --no-mps: do not start the MPS daemon (one process per GPU)
     bool separate_commit = false;  // --separate-commit: latency's WRITEs posted and committed in two calls
+    uint32_t rx_rounds = 2;  // --rx-rounds: rounds of receives send_bw's receivers keep posted (1 or 2)
 };
 
 std::string usage(const std::string& me) {
@@ -82,6 +83,11 @@ std::string usage(const std::string& me) {
         "      --separate-commit  latency with GPU initiators: post each WRITE, then commit it, in two\n"
         "                        calls (default: one call, the kCommit flag; on the software device the\n"
         "                        posting thread then executes it itself); give it to both processes\n"
+        "      --rx-rounds N     send_bw: rounds of receives (one per thread) each receiver keeps\n"
+        "                        posted: 2 (default) posts the next round before it waits for this\n"
+        "                        one, as perftest keeps its rx-depth posted; 1 posts it after, so a\n"
+        "                        sender that is ahead waits under the RNR rules (measures that\n"
+        "                        path). A server's option in two processes\n"
         "      --gpu N           this process's GPU (default 0)\n"
         "      --peer-gpu N      the peer's GPU: in loopback the responder QPs, their context and the\n"
         "                        target buffers are on GPU N (peer access over NVLink / PCIe); as a\n"
@@ -188,7 +194,7 @@ void add_qp(const Context& ctx, const ProtectionDomain& pd, const Opts& o, Memor
     QpOptions qo;
     qo.send_cq = qo.recv_cq = cqs.back().get();
     qo.sq_depth = std::max<uint32_t>(o.threads * (o.gpu_init ? 1 : kCpuLists), 64);
-    qo.rq_depth = std::max<uint32_t>(o.threads, 64);
+    qo.rq_depth = std::max<uint32_t>(o.rx_rounds * o.threads, 64);  // rounds of receives (bw_kernel)
     qo.memory = qmem;
     qps.push_back(std::make_unique<QueuePair>(pd, qo));
 }

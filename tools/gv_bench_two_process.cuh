@@ -178,7 +178,7 @@ void client_bw(Opts& o, Side& s, gvbench::Peer& peer, const RemoteBuffer& target
             peer.expect(Ctl::Ready);
             // Between the two records nothing but the launch: their results are checked after.
             const cudaError_t rec0 = cudaEventRecord(*s.start);
-            bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), nq, op, size, o.iters, s.d_fail.get());
+            bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), nq, op, size, o.iters, s.d_fail.get(), o.rx_rounds);
             const cudaError_t rec1 = cudaEventRecord(*s.last);
             CUDA_CHECK(rec0);
             CUDA_CHECK(rec1);
@@ -319,8 +319,8 @@ int run_server(Opts& o, const std::string& prog) {
                 CUDA_CHECK(cudaDeviceSynchronize());  // cleared before the client's first write can land
                 launch_lat<1>(!o.separate_commit, 1, me, me, size, iters, nullptr, s.d_fail.get());
             } else if (op == 2) {
-                bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), 0, op, size, iters,
-                                                   s.d_fail.get());  // nq 0: all receive
+                bw_kernel<true><<<nq, o.threads>>>(s.d_jobs.get(), 0, op, size, iters, s.d_fail.get(),
+                                                   o.rx_rounds);  // nq 0: all receive
             } else {
                 launched = false;  // WRITE and READ need nothing from the server's GPU
             }

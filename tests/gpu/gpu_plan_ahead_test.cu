@@ -21,6 +21,9 @@ using gvtest::DevBuf;
 
 namespace {
 
+/// SENDs the QP's executor took in runs (send_run.cuh), read from its context in GPU memory.
+unsigned long long run_sends(const dev::QpHandle& h) { return d2h<unsigned long long>(&h.soft.ctx->run_sends, 1)[0]; }
+
 enum Kind : uint32_t { kBigWrite, kBigRead, kSmallWrite, kSmallRead, kSend, kFetchAdd, kNop };
 
 constexpr size_t kSlot = 16 << 10;  // bytes each (round, thread) owns in every data buffer
@@ -404,6 +407,7 @@ void run_send_chain(uint32_t T, uint32_t rounds) {
                            << ", wait_recv: " << (e >> 56);
     EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
     EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+    EXPECT_GT(run_sends(p.h(0)), 0u) << "SENDs taken in runs (send_run.cuh)";
 }
 
 // A receive completion lost to a full CQ while the next SEND was planned ahead (its receive
@@ -483,7 +487,69 @@ void run_lost_recv(uint32_t T, uint32_t len) {
             ASSERT_EQ(got[size_t(s) * len + i], kGuard) << "SEND " << s << " (not executed) wrote byte " << i;
 }
 
+// SEND t reads the receive buffer SEND t-1 fills (from byte 16 on), so every buffer is the first
+// SEND's bytes shifted along: a run copies its SENDs at once, four words in flight per thread
+// across all of them, so such a SEND must start a run of its own (send_run.cuh). One block: every
+// thread posts a receive, then its SEND; one commit, the last SEND signaled.
+__global__ void __launch_bounds__(512) send_reads_receive_kernel(dev::QpHandle a, dev::QpHandle b, const uint8_t* src,
+                                                                 uint8_t* dst, uint32_t len, uint32_t slot, uint32_t shift,
+                                                                 uint32_t lkey, uint32_t* out) {
+    const uint32_t t = threadIdx.x, T = blockDim.x;
+    if (dev::recv<Scope::Block>(b, dst + size_t(t) * slot, slot, lkey, kWait) != Status::Ok) atomicAdd(&out[0], 1u);
+    const uint8_t* from = t == 0 ? src : dst + size_t(t - 1) * slot + shift;
+    if (dev::send<Scope::Block>(a, from, len, lkey, t == T - 1 ? kSignaled : 0u, kWait) != Status::Ok)
+        atomicAdd(&out[0], 1u);
+    const Status cs = dev::commit<Scope::Block>(a);
+    if (t == 0) {
+        out[1] = uint32_t(cs);
+        out[2] = uint32_t(dev::wait_send(a, 1, nullptr, kWait));
+        out[3] = uint32_t(dev::wait_recv(b, T, nullptr, kWait, &out[4]));
+    }
+}
+
+void run_send_reads_receive(uint32_t T, uint32_t len) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    o.rq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o);
+    const uint32_t slot = 2 * len, shift = 16;
+    const size_t n = size_t(T) * slot;
+    DevBuf mem(slot + n), out(64);  // the first SEND's source, then the receive buffers
+    ASSERT_TRUE(mem.p && out.p);
+    MemoryRegion mr(p.pd, mem.p, mem.n, kAllAccess);
+    std::vector<uint8_t> first(slot);
+    gvtest::fill_random(first.data(), slot, T + len);
+    h2d(mem.p, first.data(), slot);
+    CUDA_OK(cudaMemset(mem.get() + slot, kGuard, n));
+    CUDA_OK(cudaMemset(out.p, 0, out.n));
+    send_reads_receive_kernel<<<1, T>>>(p.h(0), p.h(1), mem.get(), mem.get() + slot, len, slot, shift, mr.lkey(),
+                                        out.get<uint32_t>());
+    LAUNCH_OK();
+    const auto res = d2h<uint32_t>(out.p, 5);
+    EXPECT_EQ(res[0], 0u) << "posts that failed";
+    EXPECT_EQ(Status(res[1]), Status::Ok) << "the commit";
+    EXPECT_EQ(Status(res[2]), Status::Ok) << "wait_send";
+    EXPECT_EQ(Status(res[3]), Status::Ok) << "wait_recv (polled " << res[4] << ")";
+    std::vector<uint8_t> want(n, kGuard);
+    for (uint32_t t = 0; t < T; ++t) {
+        const uint8_t* from = t == 0 ? first.data() : want.data() + size_t(t - 1) * slot + shift;
+        std::memmove(want.data() + size_t(t) * slot, from, len);
+    }
+    const auto got = d2h(mem.get() + slot, n);
+    const long d = gvtest::first_diff(want.data(), got.data(), n);
+    EXPECT_EQ(d, -1) << "byte " << d << " (SEND " << d / long(slot) << ")";
+    EXPECT_EQ(run_sends(p.h(0)), T) << "each SEND a run of its own";
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+}
+
 }  // namespace
+
+TEST(GpuPlanAhead, SendRunStopsAtASendReadingAnEarlierOnesReceive) {
+    GV_SKIP_WITHOUT_GPU();
+    run_send_reads_receive(256, 4 << 10);
+    run_send_reads_receive(512, 1 << 10);
+}
 
 TEST(GpuPlanAhead, SendsCompleteAfterTheirDataBlockOf256) {
     GV_SKIP_WITHOUT_GPU();

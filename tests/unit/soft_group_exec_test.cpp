@@ -3,6 +3,8 @@
 // every member but the planning warp and the plan made ahead (groups of 256 or more: drain()
 // in gpuverbs/detail/soft/exec.cuh) are checked where a debugger and sanitizers reach them.
 // The GPU runs the same code in tests/gpu/gpu_plan_ahead_test.cu.
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -354,7 +356,228 @@ void send_ahead_lost_receive_completion(uint32_t threads) {
             ASSERT_EQ(rbuf.data()[size_t(w) * kLen + i], gvtest::kGuard) << "SEND " << w << " wrote byte " << i;
 }
 
+// SENDs in runs (send_run.cuh): a group's drain takes up to 16 SENDs of more than 128 bytes
+// at once, each into a receive whose first entry takes it whole. A stream of 4 KiB SENDs (alike:
+// one pass over all of a run's words) with SENDs of odd sizes and offsets, small SENDs (the
+// leader's fast path and prepare()), 1 KiB WRITEs and signaled SENDs (which end a run) between
+// them; every receive completion in order with its length, every byte in place and the guard
+// after it untouched, every requester completion, and runs taken.
+void send_runs(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 1024;
+    o.rq_depth = 512;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kSends = 300, kSlot = 8192, kPiece = 1024;
+    HostBuf src(p.pd, size_t(kSends) * kSlot, kLocalWrite), rbuf(p.pd, size_t(kSends) * kSlot, kLocalWrite),
+        wdst(p.pd, size_t(kSends) * kPiece, kAllAccess);
+    gvtest::fill_random(src.data(), src.size(), 90 + threads);
+    std::memset(rbuf.data(), gvtest::kGuard, rbuf.size());
+    std::mt19937_64 rng(threads);
+    auto a = p.h(0), b = p.h(1);
+    std::vector<uint32_t> len(kSends), soff(kSends);
+    uint32_t signaled = 0, big = 0;
+    for (uint32_t i = 0; i < kSends; ++i) {
+        ASSERT_EQ(dev::recv(b, rbuf.at(size_t(i) * kSlot), kSlot, rbuf.lkey()), Status::Ok);
+        const uint32_t kind = i % 10;
+        len[i] = kind == 3 ? 8 : kind == 7 ? 100 : i % 11 == 5 ? 129 + uint32_t(rng() % 4000) : 4096;
+        soff[i] = len[i] == 4096 ? 0 : uint32_t(rng() % 16);
+        big += len[i] > 128;
+        const bool sig = i % 37 == 36 || i + 1 == kSends;
+        signaled += sig;
+        ASSERT_EQ(dev::send(a, src.at(size_t(i) * kSlot + soff[i]), len[i], src.lkey(), sig ? kSignaled : 0u), Status::Ok);
+        if (i % 17 == 9)
+            ASSERT_EQ(dev::write(a, src.at(size_t(i) * kSlot + 4096 + 16), kPiece, src.lkey(),
+                                 wdst.addr(size_t(i) * kPiece), wdst.rkey(), 0u),
+                      Status::Ok);
+    }
+    commit_with_group(a, threads);
+    std::vector<Completion> sc(signaled);
+    uint32_t got = 0;
+    ASSERT_EQ(dev::wait_send(a, signaled, sc.data(), 5'000'000'000ull, &got), Status::Ok)
+        << got << " of " << signaled << " send completions; " << gvtest::qp_debug(a);
+    for (uint32_t k = 0; k < signaled; ++k) EXPECT_EQ(sc[k].status, 0) << "send completion " << k;
+    std::vector<Completion> rc(kSends);
+    ASSERT_EQ(dev::wait_recv(b, kSends, rc.data(), 5'000'000'000ull, &got), Status::Ok) << got << " receive completions";
+    for (uint32_t i = 0; i < kSends; ++i) {
+        ASSERT_EQ(rc[i].status, 0) << "receive " << i;
+        EXPECT_EQ(rc[i].wqe_counter, uint16_t(i)) << "receive " << i;
+        EXPECT_EQ(rc[i].byte_len, len[i]) << "receive " << i;
+        const uint8_t* got_bytes = rbuf.at(size_t(i) * kSlot);
+        EXPECT_EQ(std::memcmp(got_bytes, src.at(size_t(i) * kSlot + soff[i]), len[i]), 0) << "SEND " << i;
+        for (uint32_t k = len[i]; k < len[i] + 16; ++k)
+            ASSERT_EQ(got_bytes[k], gvtest::kGuard) << "SEND " << i << " wrote past its end, byte " << k;
+        if (i % 17 == 9)
+            EXPECT_EQ(std::memcmp(wdst.at(size_t(i) * kPiece), src.at(size_t(i) * kSlot + 4096 + 16), kPiece), 0)
+                << "WRITE after SEND " << i;
+    }
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+    // Every SEND of more than 128 bytes here may go in a run (their receives take them whole);
+    // only a run's first SEND after a WQE it did not take is left to prepare() now and then.
+    const unsigned long long in_runs = a.soft.ctx->run_sends;
+    EXPECT_GE(in_runs, big * 3 / 4) << "of " << big << " SENDs over 128 bytes";
+    EXPECT_LE(in_runs, big);
+}
+
+// A SEND whose gather list reads the receive buffer an earlier SEND fills must see those bytes:
+// SEND i reads SEND i-1's receive buffer from byte 16 on, so every buffer is the first SEND's
+// bytes shifted along, with the guard moving in from the end. A run copies its SENDs at once, so
+// such a SEND starts a run of its own (without that check a thread could read a word before the
+// thread that copies it there has stored it).
+void send_reads_earlier_receive(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 256;
+    o.rq_depth = 256;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kSends = 64, kLen = 1024, kSlot = 2048, kShift = 16;
+    HostBuf src(p.pd, kSlot, kLocalWrite), rbuf(p.pd, size_t(kSends) * kSlot, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 120 + threads);
+    std::memset(rbuf.data(), gvtest::kGuard, rbuf.size());
+    auto a = p.h(0), b = p.h(1);
+    for (uint32_t i = 0; i < kSends; ++i) {
+        ASSERT_EQ(dev::recv(b, rbuf.at(size_t(i) * kSlot), kSlot, rbuf.lkey()), Status::Ok);
+        const uint8_t* from = i == 0 ? src.at(0) : rbuf.at(size_t(i - 1) * kSlot + kShift);
+        ASSERT_EQ(dev::send(a, from, kLen, i ? rbuf.lkey() : src.lkey(),
+                            i + 1 == kSends ? kSignaled : 0u),
+                  Status::Ok);
+    }
+    commit_with_group(a, threads);
+    Completion c{};
+    ASSERT_EQ(dev::wait_send(a, 1, &c, 5'000'000'000ull), Status::Ok) << gvtest::qp_debug(a);
+    EXPECT_EQ(c.status, 0);
+    std::vector<uint8_t> want(size_t(kSends) * kSlot, gvtest::kGuard);
+    for (uint32_t i = 0; i < kSends; ++i) {
+        const uint8_t* from = i == 0 ? src.data() : want.data() + size_t(i - 1) * kSlot + kShift;
+        std::memmove(want.data() + size_t(i) * kSlot, from, kLen);
+    }
+    const long d = gvtest::first_diff(want.data(), rbuf.data(), rbuf.size());
+    EXPECT_EQ(d, -1) << "byte " << d << " (SEND " << d / long(kSlot) << ")";
+    std::vector<Completion> rc(kSends);
+    uint32_t got = 0;
+    ASSERT_EQ(dev::wait_recv(b, kSends, rc.data(), 5'000'000'000ull, &got), Status::Ok) << got;
+    for (uint32_t i = 0; i < kSends; ++i) EXPECT_EQ(rc[i].status, 0) << "receive " << i;
+}
+
+// Receives posted over one buffer: the run's SENDs land in list order, the last one's bytes win
+// (Plan::overlap: segment by segment, a barrier between two), every receive completes.
+void send_run_same_buffer(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 128;
+    o.rq_depth = 128;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kSends = 40, kLen = 512;
+    HostBuf src(p.pd, size_t(kSends) * kLen, kLocalWrite), rbuf(p.pd, kLen + 64, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 140 + threads);
+    std::memset(rbuf.data(), gvtest::kGuard, rbuf.size());
+    auto a = p.h(0), b = p.h(1);
+    for (uint32_t i = 0; i < kSends; ++i) {
+        ASSERT_EQ(dev::recv(b, rbuf.at(0), kLen, rbuf.lkey()), Status::Ok);
+        ASSERT_EQ(dev::send(a, src.at(size_t(i) * kLen), kLen, src.lkey(), i + 1 == kSends ? kSignaled : 0u),
+                  Status::Ok);
+    }
+    commit_with_group(a, threads);
+    std::vector<Completion> rc(kSends);
+    uint32_t got = 0;
+    ASSERT_EQ(dev::wait_recv(b, kSends, rc.data(), 5'000'000'000ull, &got), Status::Ok) << got;
+    for (uint32_t i = 0; i < kSends; ++i) EXPECT_EQ(rc[i].status, 0) << "receive " << i;
+    EXPECT_EQ(std::memcmp(rbuf.at(0), src.at(size_t(kSends - 1) * kLen), kLen), 0) << "the last SEND's bytes";
+    for (uint32_t k = kLen; k < kLen + 64; ++k) ASSERT_EQ(rbuf.data()[k], gvtest::kGuard) << "byte " << k;
+    EXPECT_GT(a.soft.ctx->run_sends, 0u);
+}
+
+// SENDs into receives posted one by one while the group drains (a receiver slower than the
+// sender: a receive every few microseconds): most SENDs find no receive at first and wait, in
+// place in the group for a while (await_receive), or under the RNR rules, retried by the
+// receives' doorbell. Every SEND lands once, in order, into its own receive.
+void late_receivers(uint32_t threads) {
+    QpOptions o;
+    o.sq_depth = 128;
+    o.rq_depth = 64;
+    Pair p(gvtest::cpu_context(), o);
+    constexpr uint32_t kRounds = 16, kPer = 64, kLen = 1024;
+    constexpr uint32_t kAll = kRounds * kPer;
+    HostBuf src(p.pd, size_t(kAll) * kLen, kLocalWrite), rbuf(p.pd, size_t(kAll) * kLen, kLocalWrite);
+    gvtest::fill_random(src.data(), src.size(), 120 + threads);
+    std::memset(rbuf.data(), gvtest::kGuard, rbuf.size());
+    auto a = p.h(0), b = p.h(1);
+    std::string rx_error;
+    std::atomic<uint32_t> committed{0};
+    const detail::soft::QpContext* sender = a.soft.ctx;
+    std::thread rx([&] {
+        for (uint32_t i = 0; i < kAll; ++i) {
+            if (i % kPer == 0) {
+                // Round i / kPer's receives once its SENDs were committed and the first of them
+                // found no receive (or after 50 ms).
+                const uint64_t t0 = atom::now_ns();
+                while (committed.load() <= i / kPer ||
+                       (!atom::load_acquire(&sender->rnr_waiting, true) && atom::now_ns() - t0 < 50'000'000))
+                    atom::relax();
+            }
+            const Status st = dev::recv(b, rbuf.at(size_t(i) * kLen), kLen, rbuf.lkey(), 10'000'000'000ull);
+            if (st != Status::Ok) {
+                rx_error = "recv " + std::to_string(i) + ": " + status_name(st);
+                return;
+            }
+            const uint64_t t0 = atom::now_ns();
+            while (atom::now_ns() - t0 < 4000) atom::relax();
+        }
+    });
+    for (uint32_t r = 0; r < kRounds; ++r) {
+        for (uint32_t i = 0; i < kPer; ++i)
+            ASSERT_EQ(dev::send(a, src.at((size_t(r) * kPer + i) * kLen), kLen, src.lkey(), i + 1 == kPer ? kSignaled : 0u),
+                      Status::Ok);
+        committed.store(r + 1);
+        commit_with_group(a, threads);
+        Completion c{};
+        const Status st = dev::wait_send(a, 1, &c, 10'000'000'000ull);
+        if (st != Status::Ok) rx.detach();  // a broken QP: the receiver's own timeout ends it
+        ASSERT_EQ(st, Status::Ok) << "round " << r << "; " << gvtest::qp_debug(a);
+        ASSERT_EQ(c.status, 0) << "round " << r;
+        std::vector<Completion> rc(kPer);
+        uint32_t got = 0;
+        const Status rs = dev::wait_recv(b, kPer, rc.data(), 10'000'000'000ull, &got);
+        if (rs != Status::Ok) rx.detach();
+        ASSERT_EQ(rs, Status::Ok) << "round " << r << ": " << got << " of " << kPer << " receive completions";
+        for (uint32_t i = 0; i < kPer; ++i) {
+            ASSERT_EQ(rc[i].status, 0) << "round " << r << ", receive " << i;
+            EXPECT_EQ(rc[i].wqe_counter, uint16_t(r * kPer + i)) << "round " << r << ", receive " << i;
+            EXPECT_EQ(rc[i].byte_len, kLen) << "round " << r << ", receive " << i;
+        }
+    }
+    rx.join();
+    ASSERT_EQ(rx_error, "");
+    EXPECT_EQ(std::memcmp(rbuf.data(), src.data(), src.size()), 0);
+    EXPECT_EQ(p.qp[0]->state(), QpState::Rts);
+    EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
+}
+
 }  // namespace
+
+TEST(SoftGroupExec, LateReceiversEverySendLandsOnce) {
+    late_receivers(64);
+    late_receivers(256);
+}
+
+TEST(SoftGroupExec, SendRunsLandWholeAndCompleteInOrder) {
+    for (uint32_t n : {512u, 256u, 64u, 32u, 2u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        send_runs(n);
+    }
+}
+
+TEST(SoftGroupExec, SendRunStopsAtASendReadingAnEarlierOnesReceive) {
+    for (uint32_t n : {512u, 256u, 32u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        send_reads_earlier_receive(n);
+    }
+}
+
+TEST(SoftGroupExec, SendRunIntoOneBufferLandsInListOrder) {
+    for (uint32_t n : {256u, 32u}) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        send_run_same_buffer(n);
+    }
+}
 
 TEST(SoftGroupExec, SendsPlannedAheadTakeReceivesInOrder) {
     for (uint32_t n : {512u, 256u, 64u}) {

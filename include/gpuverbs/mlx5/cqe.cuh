@@ -68,12 +68,14 @@ struct CqeFields {
     uint32_t rqpn;         ///< responder CQEs: the sending QP (24 bits)
 };
 
-/// Writes one CQE into `slot` with the owner bit `owner` (sw_owner() of the slot's
-/// producer index): 60 bytes with relaxed stores, then the word holding op_own with a
-/// release store, so a consumer that sees the new owner (cqe_ready's acquire) sees the
-/// rest. Bytes of the layout the CQE kind leaves unused are zeroed. `sys`: the ring is
-/// host memory or a NIC/CPU reads it (system-scope ordering).
-GV_HOST_DEVICE void write_cqe(mlx5_cqe64* slot, const CqeFields& f, uint8_t owner, bool sys) {
+/// Writes the first 60 bytes of one CQE into `slot` (everything but the word that holds
+/// wqe_counter, signature and op_own: cqe_last_word()), with plain stores. Bytes of the layout
+/// the CQE kind leaves unused are zeroed. No consumer reads them before it acquires the new
+/// op_own, which the producer stores after them with release ordering (write_cqe, or a run's
+/// one fence and then its last words: the software device's SEND runs); and the producer
+/// writes the slot only after the consumer index said the previous CQE there was read.
+/// `sys`: the ring is host memory or a NIC/CPU reads it (system-scope ordering).
+GV_HOST_DEVICE void write_cqe_body(mlx5_cqe64* slot, const CqeFields& f, bool sys) {
     uint32_t w[16] = {};
     if (f.cqe_opcode == MLX5_CQE_REQ_ERR || f.cqe_opcode == MLX5_CQE_RESP_ERR) {
         mlx5_err_cqe e;
@@ -91,26 +93,39 @@ GV_HOST_DEVICE void write_cqe(mlx5_cqe64* slot, const CqeFields& f, uint8_t owne
         c.flags_rqpn = to_be32(f.rqpn & 0xffffff);
         std::memcpy(w, &c, sizeof(c));
     }
-    auto* dst = reinterpret_cast<uint32_t*>(slot);
 #if GV_DEVICE_CODE
-    // Five stores instead of fifteen (the slot is 64-byte aligned). Plain stores: no consumer
-    // reads them before it acquires the new op_own below, and the producer wrote the slot only
-    // after the consumer index said the previous CQE there was read.
+    // Five stores instead of fifteen (the slot is 64-byte aligned).
     (void)sys;
     auto* d4 = reinterpret_cast<uint4*>(slot);
     d4[0] = make_uint4(w[0], w[1], w[2], w[3]);
     d4[1] = make_uint4(w[4], w[5], w[6], w[7]);
     d4[2] = make_uint4(w[8], w[9], w[10], w[11]);
     reinterpret_cast<uint2*>(slot)[6] = make_uint2(w[12], w[13]);
-    dst[14] = w[14];
+    reinterpret_cast<uint32_t*>(slot)[14] = w[14];
 #else
+    auto* dst = reinterpret_cast<uint32_t*>(slot);
     for (int i = 0; i < 15; ++i) atom::store_relaxed(&dst[i], w[i], sys);
 #endif
-    // The last word holds wqe_counter, signature and op_own. Release: the consumer that
-    // acquires op_own sees the other 60 bytes.
+}
+
+/// The CQE's last word as it lies in memory: wqe_counter, signature (0) and op_own (the CQE's
+/// opcode and the owner bit `owner`). Stored last, with release ordering, it hands the CQE to
+/// its consumer.
+GV_HOST_DEVICE uint32_t cqe_last_word(const CqeFields& f, uint8_t owner) {
     const uint8_t op_own = uint8_t((f.cqe_opcode << 4) | (owner & MLX5_CQE_OWNER_MASK));
-    const uint32_t last = uint32_t(to_be16(f.wqe_counter)) | (uint32_t(op_own) << 24);
-    atom::store_release(&dst[15], last, sys);
+    return uint32_t(to_be16(f.wqe_counter)) | (uint32_t(op_own) << 24);
+}
+
+/// Where cqe_last_word() goes in a slot.
+GV_HOST_DEVICE uint32_t* cqe_last_word_at(mlx5_cqe64* slot) { return reinterpret_cast<uint32_t*>(slot) + 15; }
+
+/// Writes one CQE into `slot` with the owner bit `owner` (sw_owner() of the slot's
+/// producer index): 60 bytes with plain stores (write_cqe_body), then the word holding op_own
+/// with a release store, so a consumer that sees the new owner (cqe_ready's acquire) sees the
+/// rest. `sys`: the ring is host memory or a NIC/CPU reads it (system-scope ordering).
+GV_HOST_DEVICE void write_cqe(mlx5_cqe64* slot, const CqeFields& f, uint8_t owner, bool sys) {
+    write_cqe_body(slot, f, sys);
+    atom::store_release(cqe_last_word_at(slot), cqe_last_word(f, owner), sys);
 }
 
 /// Decodes a CQE that cqe_ready() accepted.

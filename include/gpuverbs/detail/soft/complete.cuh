@@ -16,6 +16,13 @@ struct RespTarget {
     CqState* rcq;
 };
 
+/// Moves the peer (the responder) to ERROR with this syndrome: a receive completed in error,
+/// a receive completion lost to a full CQ, or a request it refused (responder_refused).
+GV_HOST_DEVICE void peer_to_error(LeaderCache& lc, uint32_t syndrome) {
+    enter_error(lc.r, syndrome);
+    lc.peer_up = false;
+}
+
 /// The peer's completion of a WQE that consumed one of its receives (WRITE_IMM, SEND):
 /// success, or an error CQE that moves the peer to ERROR (so does a full CQ).
 /// Returns true when that moved the peer to ERROR. t: the peer's QPN and receive CQ when the
@@ -37,8 +44,7 @@ GV_HOST_DEVICE bool complete_responder(QpContext* q, LeaderCache& lc, const Outc
         f.imm_be = o.imm_be;
     }
     if (!cq_push(t ? t->rcq : r->rcq, f, slot) || o.resp_syndrome) {
-        enter_error(r, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.peer_up = false;
+        peer_to_error(lc, o.resp_syndrome ? uint32_t(o.resp_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
         return true;
     }
     return false;
@@ -94,6 +100,26 @@ GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
     lc.pending -= o.bbs;
 }
 
+/// The requester's side of completing a WQE (or a run's last SEND) that advance() counted:
+/// its CQE, sq_ci, and ERROR for a failed WQE or a requester completion lost to a full CQ.
+/// Leader only. Returns true when that moved this QP to ERROR.
+GV_HOST_DEVICE bool finish_requester(QpContext* q, LeaderCache& lc, const Outcome& o) {
+    const bool ok = complete_requester(lc, o);
+    GV_EXEC_STAMP(kStampCqe);
+    // Only the lock holder advances sq_ci (to lc.ci: advance() counted this WQE); the lock's
+    // release store publishes it.
+    atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
+    const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
+    bool moved = false;
+    if (failed || !ok) {
+        enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+        lc.state = QpState::Error;
+        moved = true;
+    }
+    GV_EXEC_STAMP(kStampFinished);
+    return moved;
+}
+
 /// Completes a WQE that advance() stepped past, after the group copied its data: CQEs, sq_ci,
 /// and ERROR for a failed WQE or a lost completion. Leader only. Returns true when that moved
 /// either QP to ERROR (what the leader read of them at the start of the drain is then stale).
@@ -109,23 +135,10 @@ GV_HOST_DEVICE bool complete(QpContext* q, LeaderCache& lc, const Outcome& o, co
     // handled those, with their error CQE): the responder QP goes to ERROR too
     // (responder_refused says why). Its syndrome is the NAK's; its receives flush.
     if (!o.resp_kind && lc.r && responder_refused(o.req_syndrome)) {
-        enter_error(lc.r, o.req_syndrome);
-        lc.peer_up = false;
+        peer_to_error(lc, o.req_syndrome);
         moved = true;
     }
-    const bool ok = complete_requester(lc, o);
-    GV_EXEC_STAMP(kStampCqe);
-    // Only the lock holder advances sq_ci (to lc.ci: advance() counted this WQE); the lock's
-    // release store publishes it.
-    atom::store_relaxed(&q->sq_ci, lc.ci, lc.scope != kScopeGpu);
-    const bool failed = o.req_syndrome && o.req_syndrome != MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
-    if (failed || !ok) {
-        enter_error(q, failed ? uint32_t(o.req_syndrome) : uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-        lc.state = QpState::Error;
-        moved = true;
-    }
-    GV_EXEC_STAMP(kStampFinished);
-    return moved;
+    return finish_requester(q, lc, o) || moved;
 }
 
 /// Completes the WQE prepare() planned, after the group copied its data. Leader only.

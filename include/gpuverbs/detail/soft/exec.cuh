@@ -26,6 +26,7 @@
 #include "gpuverbs/detail/soft/complete.cuh"
 #include "gpuverbs/detail/soft/fast.cuh"
 #include "gpuverbs/detail/soft/plan.cuh"
+#include "gpuverbs/detail/soft/send_run.cuh"
 #include "gpuverbs/detail/soft/stage.cuh"
 #include "gpuverbs/mlx5/wqe_reader.cuh"
 
@@ -63,9 +64,13 @@ enum Action : uint32_t {
 /// ahead: null, or (planning ahead) where the claim to make is left: 1 + the peer's receive
 /// index a SEND was planned on, else 0. Kept by the leader, not in the Plan: the group's
 /// copy of a plan (in shared memory) stays as it was, and so does its layout.
-GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long* ahead = nullptr) {
+/// send_ahead: false leaves SENDs out of planning ahead too (the group would rather take them in a
+/// run in their turn: send_run.cuh).
+GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long* ahead = nullptr,
+                                bool send_ahead = true) {
     p.nseg = 0;
     p.sys = 0;
+    p.run = 0;
     if (ahead) *ahead = 0;
     if (!next_published(lc)) return kStop;
     GV_EXEC_STAMP(kStampPublished);
@@ -87,7 +92,8 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned
     };
     if (uint8_t s = check_header(q, lc, w, o)) return fail(s);
     const uint8_t op = w.opcode();
-    if (ahead && op != MLX5_OPCODE_RDMA_WRITE && op != MLX5_OPCODE_RDMA_READ && !mlx5::is_send(op)) return kStop;
+    if (ahead && op != MLX5_OPCODE_RDMA_WRITE && op != MLX5_OPCODE_RDMA_READ && (!send_ahead || !mlx5::is_send(op)))
+        return kStop;
     if (op == MLX5_OPCODE_NOP) {
         p.out = o;
         return kExecute;
@@ -157,10 +163,6 @@ GV_HOST_DEVICE uint32_t prepare(QpContext* q, LeaderCache& lc, Plan& p, unsigned
     return kExecute;
 }
 
-/// WQEs moving at most this many bytes are executed by the group's leader alone, with no
-/// group barrier: a barrier costs more than the leader's few loads and stores.
-inline constexpr uint64_t kLeaderBytes = 128;
-
 /// Groups of at least this many threads plan the next WQE while they copy one: the first warp
 /// plans (its leader), the others copy. Smaller groups plan and copy in turns, all copying.
 #ifndef GV_PLAN_AHEAD_THREADS
@@ -196,8 +198,9 @@ struct GroupTail {
 /// it) into p: true when that is a WRITE or READ for the group to copy next. Anything else
 /// (nothing published, another opcode, a WQE that fails its checks or moves at most
 /// kLeaderBytes) is left at lc.ci for prepare() to plan again after the copy completes.
-GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long& claim) {
-    return prepare(q, lc, p, &claim) == kExecute && plan_bytes(p) > kLeaderBytes;
+/// send_ahead: as prepare()'s.
+GV_HOST_DEVICE bool plan_ahead(QpContext* q, LeaderCache& lc, Plan& p, unsigned long long& claim, bool send_ahead) {
+    return prepare(q, lc, p, &claim, send_ahead) == kExecute && plan_bytes(p) > kLeaderBytes;
 }
 
 /// Claims the receive a SEND planned ahead was planned on (claim: 1 + its index, from
@@ -239,6 +242,7 @@ GV_HOST_DEVICE void hand_out(Plan& to, const Plan& p, bool overlap) {
     to.sys = p.sys;
     to.overlap = overlap ? 1 : 0;
     to.out = p.out;
+    to.run = p.run;
     for (uint32_t i = 0; i < p.nseg; ++i) to.seg[i] = p.seg[i];
     to.act = kExecute;
 }
@@ -248,6 +252,43 @@ GV_HOST_DEVICE void hand_out(Plan& to, const Plan& p, bool overlap) {
 /// that a full CQ could lose, no state moved to ERROR).
 GV_HOST_DEVICE bool completes_quietly(const Outcome& o) {
     return !o.signaled && !o.req_syndrome && !o.resp_kind;
+}
+
+/// How long a group's drain waits in place for the peer to post a receive a SEND found missing
+/// (await_receive), in ns.
+#ifndef GV_RNR_SPIN_NS
+#define GV_RNR_SPIN_NS 20000
+#endif
+inline constexpr uint64_t kRnrSpinNs = GV_RNR_SPIN_NS;
+
+/// A group's SEND found no receive posted (prepare() returned kRnrWait, the RNR timer armed):
+/// waits up to kRnrSpinNs, never past the timer's deadline, for the peer to post one. True when
+/// one is posted: the leader plans the SEND again. Leader only, holding the QP.
+///
+/// Why: a drain that stops for a receive frees the QP, and whoever retries it runs the SEND and
+/// everything behind it: the receiver's thread whose receive doorbell finds the sender waiting
+/// (ring_recv), or a lone waiter's drive(). That is one thread, where the group that committed
+/// the list had hundreds: a list of 4 KiB SENDs then moves at one thread's copy rate. A receiver
+/// that reposts a round of receives when the last round completed is a few microseconds behind
+/// a sender that starts its next round at once; waiting that long here keeps the list on the
+/// group (gv_write_bw --op send before its receivers posted a round ahead: 4 KiB SENDs over 64
+/// QPs of 256 threads averaged 9.3 GB/s, peaks 54). While the group waits here it holds the QP,
+/// so a receive doorbell finds the QP held and leaves its retry to this group. Within the timer
+/// nothing changes for the IBA rules: the retry a NIC makes after the RNR timer finds the receive
+/// posted in the meantime, and no retry is counted here.
+GV_HOST_DEVICE bool await_receive(QpContext* q, const LeaderCache& lc) {
+    QpContext* const r = lc.r;
+    if (r == nullptr || kRnrSpinNs == 0) return false;
+    const RqView v = rq_view(r);
+    const uint64_t t0 = atom::now_ns();
+    const uint64_t deadline = q->rnr_deadline;
+    const uint64_t until = t0 + kRnrSpinNs < deadline ? t0 + kRnrSpinNs : deadline;
+    unsigned long long c;
+    for (;;) {
+        if (peek_receive(r, v, &c)) return true;
+        if (atom::now_ns() >= until) return false;
+        atom::relax();
+    }
 }
 
 /// Executes published WQEs until none is left (or one waits for a receive). The calling
@@ -276,6 +317,12 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
     // once in fast_run only to find it too large, and once in prepare(); a stream of 64-byte
     // SENDs three times, with fast_send_run's look: 9.9 -> 9.5 M msg/s over 64 QPs, H200).
     bool try_fast = true;
+    // Whether the WQE at sq_ci is worth offering to plan_send_run (groups only): not after a SEND
+    // of more than kLeaderBytes that it was offered and did not take (its receive has more than
+    // one entry, say: the next one most likely fails the same way, and is better planned ahead,
+    // during the copy before it, as before runs), nor after a SEND of at most kLeaderBytes.
+    bool try_run = true;
+    SendRun run;            // leader: the run p plans, when p.run
     // A thread group (a lone committer: latency) loads the first WQE with the QP's state and
     // peer (load_batch); larger groups' kernels have no registers for it.
     constexpr bool kFirst = std::is_same_v<G, ThreadGroup>;
@@ -300,10 +347,23 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
                     }
                     if (try_fast && next_published(lc) && fast_run(q, lc, loaded) && next_published(lc))
                         fast_send_run(q, lc);
+                    if (g.size() > 1 && try_run && plan_send_run(q, lc, p, run)) {
+                        try_fast = false;
+                        act = kExecute;  // not what an earlier turn's prepare() said (await_receive)
+                        break;
+                    }
+                    const bool offered = g.size() > 1 && try_run;
                     act = prepare(q, lc, p);
+                    if (act == kRnrWait && g.size() > 1 && await_receive(q, lc)) continue;
                     if (act != kExecute) break;
                     const uint64_t bytes = plan_bytes(p);
                     try_fast = bytes <= fast_bytes_of(p.out.opcode);
+                    // After a SEND: only a larger one not refused by a run. Not after one of at
+                    // most kLeaderBytes: the next is most likely small too, and the offer loads its
+                    // WQE only to refuse it (64-byte SENDs, each offered, ran 11% slower over 64
+                    // QPs than before runs: H100, session 26). A larger SEND taken here makes the
+                    // one after it worth offering again.
+                    try_run = !mlx5::is_send(p.out.opcode) || (bytes > kLeaderBytes && !offered);
                     if (g.size() > 1 && bytes > kLeaderBytes) break;
                     bool stored = false;
                     for (uint32_t i = 0; i < p.nseg; ++i)
@@ -345,15 +405,23 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
         // were right by timing only).
         const uint32_t overlap = sp.overlap;
         const uint8_t op = sp.out.opcode;
-        const bool planning = !mlx5::consumes_receive(op) || (mlx5::is_send(op) && sp.out.byte_len <= kSendAheadBytes);
+        // A run of SENDs (send_run.cuh): every warp copies, and nothing is planned meanwhile (the
+        // leader completes the run after the copy, then plans on).
+        const uint32_t in_run = sp.run;
+        const bool planning = !in_run && (!mlx5::consumes_receive(op) ||
+                                          (mlx5::is_send(op) && sp.out.byte_len <= kSendAheadBytes));
         const uint32_t from = g.size() >= kPlanAheadThreads && !overlap && planning ? 32 : 0;
         if (g.rank() >= from) {
             const GroupTail<G> copiers{g, from};
             const uint32_t nseg = sp.nseg;
             bool stored = false;
-            for (uint32_t i = 0; i < nseg; ++i) {
-                if (overlap && i) g.sync();  // from is 0: every thread is here
-                stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
+            if (in_run && !overlap) {
+                stored = copy_run(copiers, sp);
+            } else {
+                for (uint32_t i = 0; i < nseg; ++i) {
+                    if (overlap && i) g.sync();  // from is 0: every thread is here
+                    stored |= group_copy(copiers, sp.seg[i].dst, sp.seg[i].src, sp.seg[i].len);
+                }
             }
             // RC ordering, where the next WQE may be chained (from != 0): every storing thread
             // fences its own stores, at the scope of the memory written, before the barrier
@@ -369,9 +437,9 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
                 // that handed this one out. It completes quietly (sq_ci only).
                 complete(q, lc, group_plan<G>(q, b ^ 1).out);
             }
-            advance(lc, p.out);
+            if (!in_run) advance(lc, p.out);  // a run advances as it completes
             // p was handed out, so the leader may plan the next WQE into it.
-            ahead = from ? plan_ahead(q, lc, p, claim) : false;
+            ahead = from ? plan_ahead(q, lc, p, claim, !try_run) : false;
             if (from) {
                 // Chain the next WQE when completing this one changes nothing its plan rests
                 // on, and its destinations do not overlap (those are copied by every thread).
@@ -407,10 +475,16 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
         // 178 -> 188 GB/s. sys carries kScopePeer on two GPUs: the poller of the data (and of
         // the completion that follows) runs on the other GPU, so system scope.
         if (g.leader()) {
-            atom::fence_release(sp.sys != 0);
-            // advance() counted this WQE already. If completing it moved either QP to ERROR (a
-            // lost completion), a plan made ahead is void: the next WQE flushes instead.
-            if (complete(q, lc, sp.out)) ahead = false;
+            if (in_run) {
+                // Its own fence, after the receive CQEs' bodies (complete_send_run). Nothing was
+                // planned ahead.
+                complete_send_run(q, lc, sp, run);
+            } else {
+                atom::fence_release(sp.sys != 0);
+                // advance() counted this WQE already. If completing it moved either QP to ERROR (a
+                // lost completion), a plan made ahead is void: the next WQE flushes instead.
+                if (complete(q, lc, sp.out)) ahead = false;
+            }
         }
     }
 }

@@ -25,8 +25,13 @@ namespace gv::detail::soft {
 // and access); at anything else (another opcode or shape, a check that fails, a larger copy)
 // it stops with that WQE at sq_ci, and prepare() decides it as always, errors included.
 
-/// Bytes a fast-path WQE may move: at most what the leader executes alone anyway (exec.cuh's
-/// kLeaderBytes). Up to 32 bytes were the fast path's until 2026-12-04; a 64-byte WRITE then took
+/// WQEs moving at most this many bytes are executed by the group's leader alone, with no
+/// group barrier (drain() in exec.cuh): a barrier costs more than the leader's few loads and
+/// stores.
+inline constexpr uint64_t kLeaderBytes = 128;
+
+/// Bytes a fast-path WQE may move: at most what the leader executes alone anyway
+/// (kLeaderBytes). Up to 32 bytes were the fast path's until 2026-12-04; a 64-byte WRITE then took
 /// prepare() (loopback latency 6.4 us against 2.2 us at 8 bytes, and 40 M msg/s against 121 M over
 /// 264 QPs, H200).
 inline constexpr uint64_t kFastBytes = 128;

@@ -164,8 +164,15 @@ struct Plan {
     /// to the group (the leader alone copies in list order anyway).
     uint32_t overlap;
     Outcome out;
+    /// 0: one WQE (out). Else a run of that many SENDs (send_run.cuh), one segment each, which
+    /// the group copies at once; the leader completes them after the copy (out is the first's).
+    /// kRunUniform set: every segment has the same length, a multiple of 16 bytes, and 16-byte
+    /// aligned ends (copy_run's one pass over all of them).
+    uint32_t run;
     CopySeg seg[kMaxPlanSegs];
 };
+/// Plan::run: the run's segments are alike (see there).
+inline constexpr uint32_t kRunUniform = 0x100;
 
 struct QpContext {
     // --- configuration, written by the host ---
@@ -217,6 +224,9 @@ struct QpContext {
     uint32_t rnr_waiting;    ///< 1 while the WQE at sq_ci waits for a receive
     unsigned long long rnr_deadline;  ///< next retry time (ns)
     unsigned long long executed;      ///< WQEs executed (statistics)
+    /// SENDs executed in runs (send_run.cuh; statistics, which the tests read to see that the
+    /// runs they build are taken).
+    unsigned long long run_sends;
     /// The keys of the regions the last drain's WQEs named (local, peer's): the next drain
     /// loads those entries before it has read its first WQE (load_batch), so that a lone
     /// WQE's region lookups do not wait for the WQE. Only guesses: a WQE naming other keys
