@@ -69,6 +69,13 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
     if (lc.pending == 0 || !sends_allowed(lc.state) || !lc.peer_up) return 0;
     const QpConfig& cfg = lc.cfg;
     const FastRing ring = fast_ring(lc);
+    // The WQE first, and nothing of the peer until it is a SEND of one data segment: a WRITE
+    // offered here (the first of a drain) costs one load, not the peer's context as well.
+    FastWqe cur = ring.load(lc.ci);
+    {
+        const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
+        if (c.opcode != MLX5_OPCODE_SEND || c.ds != 2) return 0;
+    }
     QpContext* const r = lc.r;
     const RqView v = rq_view(r);
     const RespTarget to{r->qpn, r->rcq};
@@ -80,9 +87,8 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
     bool signaled = false, uniform = true;
     // The spans of the run's sources and destinations so far.
     uint64_t s_lo = ~0ull, s_hi = 0, d_lo = ~0ull, d_hi = 0;
-    // SEND n's WQE and its receive's first entry (once read: have_rd). From the second SEND on,
-    // both were loaded during the checks of the one before (one memory latency a SEND, not two).
-    FastWqe cur = ring.load(lc.ci);
+    // SEND n's WQE (cur) and its receive's first entry (once read: have_rd). From the second SEND
+    // on, both were loaded during the checks of the one before (one memory latency a SEND, not two).
     mlx5::DataFields rd{};
     bool have_rd = false;
     while (n < most) {
