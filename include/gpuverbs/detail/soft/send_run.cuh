@@ -70,7 +70,8 @@ GV_HOST_DEVICE uint32_t plan_send_run(QpContext* q, LeaderCache& lc, Plan& p, Se
     const QpConfig& cfg = lc.cfg;
     const FastRing ring = fast_ring(lc);
     // The WQE first, and nothing of the peer until it is a SEND of one data segment: a WRITE
-    // offered here (the first of a drain) costs one load, not the peer's context as well.
+    // offered here (drain() offers the WQE after each WRITE or READ) costs the load of its WQE,
+    // which prepare() reads next anyway, not the peer's context as well.
     FastWqe cur = ring.load(lc.ci);
     {
         const mlx5::CtrlFields c = mlx5::read_ctrl_seg(reinterpret_cast<const mlx5_wqe_ctrl_seg*>(&cur.u[0]));
