@@ -1,7 +1,8 @@
-// client_server: a server and a client process connect queue pairs of the software RDMA
-// device over TCP and run rounds of RDMA traffic driven by CUDA kernels, or, with --gpu -1,
-// by CPU threads making the very same gv::dev calls. The gpuverbs counterpart of DOCA
-// GPUNetIO's gpunetio_rdma_client_server_write sample.
+// client_server: a server and a client process exchange queue-pair endpoints over TCP and run
+// rounds of RDMA traffic driven by CUDA kernels, or, with --gpu -1, by CPU threads making the
+// very same gv::dev calls: on the software RDMA device (both processes on one host), or on an
+// RDMA device (--device rxe0, mlx5_0, ...; the peer may then be another host). The gpuverbs
+// counterpart of DOCA GPUNetIO's gpunetio_rdma_client_server_write sample.
 //
 //   client_server --server [--port P] [--gpu N] [--size BYTES] [--rounds N]    (one shell)
 //   client_server --client HOST [--port P] [...]                               (another)
@@ -17,7 +18,8 @@
 //           the client's buffer C (pattern C) into its own D;
 //   both    check every byte they received (server: A, B and D; client: what it read back).
 // Buffers a peer reaches are gv::SharedBuffers (GPU memory on a GPU context, host memory on a
-// CPU one); the rest is private. At the end each side tells the other over TCP whether it
+// CPU one; on the software device from its shared arena, on a NIC plain memory); the rest is
+// private. At the end each side tells the other over TCP whether it
 // validated everything, then prints "Validation successful" (exit status 0) or what failed
 // (exit status 1). Every wait is bounded by --timeout-ms. The server serves one client; until
 // one passes the handshake it rejects bad connections with their reason and keeps listening.

@@ -56,6 +56,7 @@ struct Args {
     uint16_t port = oob::kDefaultPort;
     std::string bind = "127.0.0.1";
     std::string device = "soft";
+    int gid_index = -1;  // --gid-index: the verbs backend's GID (-1: RoCE v2 over IPv4 first)
     int gpu = -2;  // -2: GPU 0 when the machine has one
     uint64_t size = 64 * 1024;
     uint32_t rounds = 10;
@@ -68,8 +69,9 @@ std::string usage() {
     return gvcli::format(
         "usage: client_server --server [options]\n"
         "       client_server --client HOST [options]\n"
-        "Two processes connect queue pairs of the software RDMA device over TCP and run rounds of\n"
-        "RDMA WRITE_IMM, SEND_IMM and READ, driven by CUDA kernels (or, --gpu -1, CPU threads).\n"
+        "Two processes connect queue pairs over TCP (the software RDMA device, or an RDMA device)\n"
+        "and run rounds of RDMA WRITE_IMM, SEND_IMM and READ, driven by CUDA kernels (or, --gpu -1,\n"
+        "CPU threads).\n"
         "  --server         serve one client, then exit. Listens on --bind (default 127.0.0.1: this\n"
         "                   host only); waits up to max(--timeout-ms, 60 s) in all for a well-formed\n"
         "                   client, rejecting (with the reason) connections that are not: one that\n"
@@ -79,7 +81,11 @@ std::string usage() {
         "                   printed)\n"
         "  --bind ADDR      address the server listens on (default 127.0.0.1; 0.0.0.0: every\n"
         "                   address of this host)\n"
-        "  --device NAME    RDMA device: soft (the software device, default), mlx5, mlx5_N, verbs\n"
+        "  --device NAME    soft: the software RDMA device (default; both processes on this host);\n"
+        "                   mlx5 or mlx5_N: a ConnectX driven by the mlx5 backend; verbs: the first\n"
+        "                   RDMA device, any other name (rxe0, ...): that device, both through the\n"
+        "                   verbs backend (CPU proxy). A device's peer may be another host\n"
+        "  --gid-index N    the verbs backend's GID index (default: RoCE v2 over IPv4 first)\n"
         "  --gpu N          GPU whose kernels drive the data path (default 0 when the machine has\n"
         "                   one); -1: CPU threads. The two processes may use two GPUs of this\n"
         "                   host (--gpu 0 and --gpu 1) joined by NVLink or PCIe peer-to-peer\n"
@@ -95,6 +101,10 @@ std::string usage() {
         unsigned(oob::kDefaultPort), oob::kDefaultTimeoutMs);
 }
 
+/// True when --device goes through the verbs backend: "verbs" or a device name other than
+/// soft and mlx5*.
+bool uses_verbs(const Args& a) { return a.device != "soft" && a.device != "mlx5" && a.device.rfind("mlx5_", 0) != 0; }
+
 /// Parses the command line (gvcli::UsageError for a mistake).
 void parse(gvcli::Args& args, Args& a) {
     bool server = false, client = false;
@@ -103,11 +113,8 @@ void parse(gvcli::Args& args, Args& a) {
         else if (args.is("--client")) client = true, a.host = args.value();
         else if (args.is("--port")) a.port = uint16_t(args.integer(0, 65535));
         else if (args.is("--bind")) a.bind = args.value();
-        else if (args.is("--device")) {
-            a.device = args.value();
-            if (a.device != "soft" && a.device != "verbs" && a.device != "mlx5" && a.device.rfind("mlx5_", 0) != 0)
-                throw gvcli::UsageError("--device " + a.device + ": expected soft, mlx5, mlx5_N or verbs");
-        }
+        else if (args.is("--device")) a.device = args.value();
+        else if (args.is("--gid-index")) a.gid_index = int(args.integer(0, 255));
         else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 1023));
         else if (args.is("--no-mps")) a.no_mps = true;
         else if (args.is("--size")) a.size = uint64_t(args.integer(1, kMaxSize, true));
@@ -118,6 +125,9 @@ void parse(gvcli::Args& args, Args& a) {
     }
     if (server == client) throw gvcli::UsageError("give --server or --client HOST");
     if (client && a.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
+    if (a.device.empty()) throw gvcli::UsageError("--device: expected soft, mlx5, mlx5_N, verbs or a device name");
+    if (a.gid_index >= 0 && !uses_verbs(a))
+        throw gvcli::UsageError("--gid-index: for the verbs backend (--device verbs or a device name such as rxe0)");
     a.server = server;
 }
 
@@ -125,9 +135,9 @@ ContextOptions context_options(const Args& a, int gpu) {
     ContextOptions o;
     o.gpu = gpu;
     if (a.device == "soft") o.backend = Backend::Soft;
-    else if (a.device == "verbs") o.backend = Backend::Verbs;
     else if (a.device == "mlx5" || a.device.rfind("mlx5_", 0) == 0)
         o.backend = Backend::Mlx5, o.device = a.device == "mlx5" ? "" : a.device;
+    else o.backend = Backend::Verbs, o.device = a.device == "verbs" ? "" : a.device, o.verbs.gid_index = a.gid_index;
     return o;
 }
 

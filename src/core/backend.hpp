@@ -79,12 +79,13 @@ public:
     virtual MrInfo mr_register(uint32_t pd, void* addr, size_t length, uint32_t access) = 0;
     virtual void mr_deregister(const MrInfo& mr) = 0;
     virtual std::unique_ptr<CqBackend> cq_create(const CqOptions& options) = 0;
-    /// Host memory peers in other processes can reach (gv::SharedBuffer).
-    virtual void* shared_alloc(size_t bytes) {
-        (void)bytes;
-        throw NotSupported("SharedBuffer: backend " + name() + " has no memory shared across processes");
-    }
-    virtual void shared_free(void* p, size_t bytes) { (void)p, (void)bytes; }
+    /// Zeroed memory peers can reach once it is registered (gv::SharedBuffer). A NIC reaches
+    /// whatever is registered with it, so by default this is plain memory of the context's
+    /// kind: GPU memory on a GPU context (cudaMalloc on gpu()), page-aligned host memory on a
+    /// CPU one (an anonymous mapping). The software device overrides both with its shared
+    /// arena, the memory peer processes map.
+    virtual void* shared_alloc(size_t bytes);
+    virtual void shared_free(void* p, size_t bytes) noexcept;
     virtual std::unique_ptr<QpBackend> qp_create(uint32_t pd, const QpOptions& options,
                                                  CqBackend* send_cq, CqBackend* recv_cq) = 0;
     /// What the backend chose when it opened and why (queue memory, doorbell handler, ...),

@@ -1,6 +1,11 @@
 // The host objects: thin RAII wrappers that route to the context's backend.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 
@@ -131,6 +136,37 @@ RemoteBuffer MemoryRegion::remote() const {
 }
 
 // ---- SharedBuffer -----------------------------------------------------------------------
+namespace detail {
+void* BackendOps::shared_alloc(size_t bytes) {
+    const int g = gpu();
+    if (g >= 0) {
+        cuda::DeviceGuard on(g);
+        return cuda::dev_alloc(bytes);  // zeroed
+    }
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    if (bytes > SIZE_MAX - page)
+        throw InvalidUsage("SharedBuffer of " + std::to_string(bytes) + " bytes: more than this host can map");
+    void* p = mmap(nullptr, (bytes + page - 1) / page * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);  // page-aligned, zeroed
+    if (p == MAP_FAILED)
+        throw SystemError("SharedBuffer of " + std::to_string(bytes) + " bytes on " + name() + ": mmap", errno);
+    return p;
+}
+void BackendOps::shared_free(void* p, size_t bytes) noexcept {
+    if (!p) return;
+    if (gpu() >= 0) {
+        try {
+            cuda::DeviceGuard on(gpu());
+            cuda::dev_free(p);
+        } catch (...) {
+        }
+        return;
+    }
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    munmap(p, (bytes + page - 1) / page * page);
+}
+}  // namespace detail
+
 struct SharedBuffer::Impl {
     Context ctx;
     void* p;

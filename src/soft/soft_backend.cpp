@@ -213,7 +213,7 @@ public:
         }
     }
     void* shared_alloc(size_t bytes) override { return dev_->shared_alloc(bytes); }
-    void shared_free(void* p, size_t bytes) override { dev_->shared_free(p, bytes); }
+    void shared_free(void* p, size_t bytes) noexcept override { dev_->shared_free(p, bytes); }
     std::unique_ptr<CqBackend> cq_create(const CqOptions& o) override {
         return std::make_unique<SoftCq>(dev_, o);
     }

@@ -3,7 +3,9 @@
 // and posts them into the sink, and writes the completions back. What device code polls must be
 // what the software device gives (the same script on both, compared field by field), and the
 // work requests the sink records must be what was posted. Label cpu: no device needed.
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <thread>
 
@@ -244,6 +246,41 @@ TEST(ProxySink, EveryOperationRecorded) {
     EXPECT_EQ(v::wr_pos(r[10].wr_id), v::wr_pos(r[9].wr_id) + 1);
     // All of it was published by one commit: the proxy posted one list.
     EXPECT_EQ(r[0].call, r[10].call);
+}
+
+// gv::SharedBuffer on a NIC backend is plain memory of the context's kind (here host memory:
+// a CPU context): zeroed, page-aligned, registered like any other memory, and what a peer's
+// WRITE lands in and its READ takes from. Code written against the software device's shared
+// arena runs unchanged.
+TEST(ProxySink, SharedBufferIsMemoryAPeerReaches) {
+    Pair p(sink_ctx(sink(true)));
+    const dev::QpHandle a = p.h(0);
+    const size_t n = 3 * 4096 + 1;
+    SharedBuffer target(p.ctx, n), source(p.ctx, 4096);
+    ASSERT_NE(target.data(), nullptr);
+    EXPECT_EQ(target.size(), n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(target.data()) % 4096, 0u) << "page-aligned";
+    EXPECT_EQ(std::count(target.as<uint8_t>(), target.as<uint8_t>() + n, 0), std::ptrdiff_t(n)) << "zeroed";
+    MemoryRegion mt(p.pd, target.data(), n, kAllAccess), ms(p.pd, source.data(), 4096, kLocalWrite);
+    for (size_t i = 0; i < 4096; ++i) source.as<uint8_t>()[i] = uint8_t(i * 7 + 1);
+    // A WRITE of the buffer's last 4096 bytes (its odd tail byte included), then a READ back.
+    const uint64_t at = mt.remote().addr + n - 4096;
+    ASSERT_EQ(dev::write(a, source.data(), 4096, ms.lkey(), at, mt.rkey(), kSignaled), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    Completion c;
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok) << describe(c);
+    EXPECT_EQ(std::memcmp(target.as<uint8_t>() + n - 4096, source.data(), 4096), 0);
+    EXPECT_EQ(target.as<uint8_t>()[n - 4097], 0) << "nothing before the WRITE's first byte";
+    std::memset(source.data(), 0, 4096);
+    ASSERT_EQ(dev::read(a, source.data(), 512, ms.lkey(), at, mt.rkey(), kSignaled), Status::Ok);
+    ASSERT_EQ(dev::commit(a), Status::Ok);
+    ASSERT_EQ(dev::wait_send(a, 1, &c, kTimeout), Status::Ok) << describe(c);
+    EXPECT_EQ(std::memcmp(source.data(), target.as<uint8_t>() + n - 4096, 512), 0);
+    // Moves and the bad size, as on the software device.
+    SharedBuffer moved(std::move(source));
+    EXPECT_EQ(source.data(), nullptr);
+    EXPECT_EQ(moved.size(), 4096u);
+    EXPECT_THROW(SharedBuffer(p.ctx, 0), InvalidUsage);
 }
 
 // The same script of every operation on the software device and through the proxy (sink in
