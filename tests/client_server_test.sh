@@ -23,6 +23,12 @@
 #   port-in-use    a second server on a port already taken exits non-zero: "already in use"
 #   server-killed  the server is SIGKILLed mid-run: the client exits non-zero at once, saying so
 #   client-killed  the same the other way round
+#   rxe-hosts      --gpu -1 on a real RDMA stack: inside the Soft-RoCE VM, as root, two rxe
+#                  "hosts" joined by a veth pair (tests/verbs/rxe_hosts.sh), the server on
+#                  rxe_b (10.1.0.2), the client on rxe_a, through the verbs backend: three
+#                  sizes validate, the packets crossed the wire both ways, and a killed server,
+#                  then a killed client, ends the other side at once with the reason
+#                  (RdmaVm.client_server). Exit 77 (a skip) when not root or without rdma
 #   netns          --gpu -1, the server in one network namespace and the client in another,
 #                  joined by a veth pair: the exchange crosses the veth (the server must see
 #                  the client's veth address), the software device still crosses processes
@@ -35,6 +41,8 @@ set -u
 
 bin=$1
 case_name=$2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+server_host=127.0.0.1  # where clients connect (the rxe-hosts case: host B's address)
 tmp=$(mktemp -d)
 netns=()  # network namespaces this run created (the netns case)
 veth=""   # its veth pair's first end, deleted in case it never moved into a namespace
@@ -157,7 +165,7 @@ pair() {
         fi
         fail "server$tag exited with status $rc before listening"
     fi
-    start "client$tag" --client 127.0.0.1 --port "$port" "$@"
+    start "client$tag" --client "$server_host" --port "$port" "$@"
     local crc src
     wait_exit "client$tag" "$secs"
     crc=$status
@@ -181,7 +189,7 @@ killed() {
     local args=(--gpu -1 --rounds 100000 --delay-ms 20 --timeout-ms 3000)
     start server --server --port 0 "${args[@]}"
     port_of server || fail "server exited with status $(cat "$tmp/server.rc") before listening"
-    start client --client 127.0.0.1 --port "$port" "${args[@]}"
+    start client --client "$server_host" --port "$port" "${args[@]}"
     wait_for "$victim" "round 3 verified" 30
     kill -9 "$(pid_of "$victim")"
     local t0 rc took
@@ -425,6 +433,32 @@ case "$case_name" in
     netns)
         in_namespaces
         show
+        ;;
+    rxe-hosts)
+        [ "$(id -u)" = 0 ] || skip "needs root: it makes two rxe devices (RdmaVm.client_server runs it in the VM)"
+        command -v rdma >/dev/null 2>&1 || skip "the rdma tool (iproute2) is not installed"
+        . "$here/verbs/rxe_hosts.sh"
+        rxe_hosts_up >"$tmp/setup.log" 2>&1 || fail "two rxe hosts could not be made"
+        cat "$tmp/setup.log"
+        server_host=10.1.0.2
+        server_extra=(--device rxe_b --bind 10.1.0.2)
+        client_extra=(--device rxe_a)
+        a0=$(rxe_rcvd rxe_a) b0=$(rxe_rcvd rxe_b)
+        pair 1 60 --gpu -1
+        pair 2 60 --gpu -1 --size 1M --rounds 3
+        pair 3 60 --gpu -1 --size 12345 --rounds 3
+        grep -q "rxe_a, data path in a CPU thread" "$tmp/client1.out" || fail "the client did not run on rxe_a"
+        grep -q "rxe_b, data path in a CPU thread" "$tmp/server1.out" || fail "the server did not run on rxe_b"
+        # The exchange's TCP stays inside the VM's one kernel (it goes through lo), but the RDMA
+        # traffic went over the wire: each device received packets from the other.
+        [ "$(rxe_rcvd rxe_a)" -gt "$a0" ] || fail "rxe_a received no packets"
+        [ "$(rxe_rcvd rxe_b)" -gt "$b0" ] || fail "rxe_b received no packets"
+        echo "rxe_a received $(($(rxe_rcvd rxe_a) - a0)) packets, rxe_b $(($(rxe_rcvd rxe_b) - b0))"
+        show
+        rm -f "$tmp"/*.out
+        killed server
+        rm -f "$tmp"/server.* "$tmp"/client.*
+        killed client
         ;;
     *)
         echo "unknown case $case_name"
