@@ -185,6 +185,12 @@ convention() {
         expect "client_server without --server or --client" 2 err "give --server or --client HOST"
         run 20 "$build/samples/client_server" --client 127.0.0.1 --port 0
         expect "client_server --client --port 0" 2 err "--port 0: the client needs the server's port"
+        run 20 "$build/samples/client_server" --server --gid-index 1
+        expect "client_server --gid-index on the software device" 2 err "--gid-index: for the verbs backend"
+        # A named RDMA device goes to the verbs backend, which is opened before listening: where
+        # the host has no such device, the reason, exit 1.
+        run 20 "$build/samples/client_server" --server --device nosuchdev --gpu -1 --port 0
+        expect "client_server --device nosuchdev" 1 err "nosuchdev"
     fi
     if [ -x "$build/tools/gv_write_bw" ]; then
         run 20 "$build/tools/gv_write_bw" --server 127.0.0.1
