@@ -73,6 +73,27 @@ bool saw(const std::shared_ptr<StandinNic::Log>& log, uint32_t qpn, uint32_t pi)
 
 }  // namespace
 
+// gv::SharedBuffer on the mlx5 backend: plain memory of the context's kind (a CPU context here:
+// zeroed, page-aligned anonymous pages), registered like any memory, and what a peer's WRITE
+// lands in, so code written for the software device's shared arena runs unchanged on a NIC.
+TEST(Mlx5StandIn, SharedBufferIsMemoryThePeerWrites) {
+    std::shared_ptr<StandinNic::Log> log;
+    Context ctx = make(DoorbellHandler::Gpu, &log);
+    Pair p(ctx);
+    const size_t n = 2 * 4096 + 100;
+    SharedBuffer target(ctx, n);
+    ASSERT_NE(target.data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(target.data()) % 4096, 0u);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(target.as<uint8_t>()[i], 0) << "not zeroed at " << i;
+    MemoryRegion mr(p.pd, target.data(), n, kAllAccess);
+    HostBuf src(p.pd, n, kLocalWrite);
+    gvtest::fill_random(src.data(), n, 7);
+    ASSERT_EQ(dev::write(p.h(0), src.data(), uint32_t(n), src.lkey(), mr.remote().addr, mr.rkey()), Status::Ok);
+    ASSERT_EQ(dev::commit(p.h(0)), Status::Ok);
+    wait_ok(p.h(0), 1);
+    EXPECT_EQ(gvtest::first_diff(src.data(), target.as<uint8_t>(), n), -1);
+}
+
 // Every verb the device API has, once per doorbell handler, byte-verified.
 TEST(Mlx5StandIn, EveryOperationUnderEachHandler) {
     for (const Handler& hd : kHandlers) {
