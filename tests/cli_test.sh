@@ -179,6 +179,14 @@ convention() {
             expect "gv_demo --gpu -1 --qps 200 in 3 GB" 1 err "out of memory"
         fi
     fi
+    # gv_demo on a named RDMA device: the verbs backend, opened first; where the host has no such
+    # device, the reason and exit 1. An empty name is a usage error.
+    if [ -x "$build/tools/gv_demo" ]; then
+        run 20 "$build/tools/gv_demo" --cpu --device nosuchdev
+        expect "gv_demo --device nosuchdev" 1 err "--device nosuchdev: "
+        run 20 "$build/tools/gv_demo" --device=
+        expect "gv_demo --device=" 2 err "--device: expected soft, mlx5, mlx5_N, verbs or a device name"
+    fi
     # Usage mistakes of the two-process programs.
     if [ -x "$build/samples/client_server" ]; then
         run 20 "$build/samples/client_server" --gpu -1

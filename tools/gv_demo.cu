@@ -1,6 +1,7 @@
-// gv_demo: the main job. Connected QP pairs on the software RDMA device; CUDA kernels
-// (one block per QP) or, without a GPU, CPU threads (one per QP) post RDMA WRITEs to the
-// peer's buffer and RDMA READs back, then every byte is verified. Prints a short table.
+// gv_demo: the main job. Connected QP pairs on the software RDMA device (or, with --device, on
+// an RDMA device); CUDA kernels (one block per QP) or, without a GPU, CPU threads (one per QP)
+// post RDMA WRITEs to the peer's buffer and RDMA READs back, then every byte is verified.
+// Prints a short table.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +28,20 @@ struct Args {
     int qps = 8;
     int iters = 256;  // WQEs per QP per direction and size
     int gpu = -2;     // -2: GPU 0 if present, -1: CPU threads
+    std::string device = "soft";  // soft, mlx5 / mlx5_N (the mlx5 backend), verbs or a device name
 };
+
+/// The context --device and --gpu ask for: the software device, a ConnectX through the mlx5
+/// backend, or any other RDMA device through the verbs backend ("verbs": the first one).
+ContextOptions context_options(const Args& a) {
+    ContextOptions o;
+    o.gpu = a.gpu;
+    if (a.device == "soft") o.backend = Backend::Soft;
+    else if (a.device == "mlx5" || a.device.rfind("mlx5_", 0) == 0)
+        o.backend = Backend::Mlx5, o.device = a.device == "mlx5" ? "" : a.device;
+    else o.backend = Backend::Verbs, o.device = a.device == "verbs" ? "" : a.device;
+    return o;
+}
 
 struct Job {
     dev::QpHandle qp;
@@ -85,13 +99,17 @@ void cpu_job(const Job& j, int phase, int* errors) {
 }
 
 std::string usage() {
-    return "usage: gv_demo [--qps N] [--iters N] [--gpu G | --cpu]\n"
+    return "usage: gv_demo [--qps N] [--iters N] [--gpu G | --cpu] [--device NAME]\n"
            "Connected QP pairs on the software RDMA device: one CUDA block (or CPU thread) per QP\n"
            "posts RDMA WRITEs to its peer's buffer and READs back; every byte is verified.\n"
            "  --qps N    connected QP pairs, one CUDA block (or CPU thread) each, 1 .. 1024 (default 8)\n"
            "  --iters N  WRITEs and READs per QP and message size, 1 .. 1048576 (default 256)\n"
            "  --gpu G    execute on GPU G; -1: CPU threads (default: GPU 0 when there is one)\n"
            "  --cpu      CPU threads only (same as --gpu -1)\n"
+           "  --device NAME  soft: the software RDMA device (default); mlx5 or mlx5_N: a ConnectX\n"
+           "             (the mlx5 backend); verbs: the first RDMA device, or any device's name\n"
+           "             (rxe0, ...): that device through the verbs backend. On a NIC the buffers\n"
+           "             are GPU memory with a GPU (GPUDirect RDMA needed), host memory with --cpu\n"
            "  --help     this text\n"
            "Memory: 3 buffers of --qps x 64 MiB on a GPU (8 MiB on CPU threads), plus two host\n"
            "copies for the check. Exit status: 0 verified, 1 failed (the reason on stderr), 2 bad usage.\n";
@@ -140,8 +158,9 @@ int run(Args a) {
 #endif
         Context ctx = [&] {
             try {
-                return Context(ContextOptions{Backend::Soft, a.gpu});
+                return Context(context_options(a));
             } catch (const Error& e) {
+                if (a.device != "soft") throw Error("--device " + a.device + ": " + e.what());
                 if (a.gpu < 0) throw;
                 throw Error("--gpu " + std::to_string(a.gpu) + ": " + e.what());
             }
@@ -310,8 +329,10 @@ int main(int argc, char** argv) {
             else if (args.is("--iters")) a.iters = int(args.integer(1, 1 << 20));
             else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 63));
             else if (args.is("--cpu")) a.gpu = -1;
+            else if (args.is("--device")) a.device = args.value();
             else args.unknown();
         }
+        if (a.device.empty()) throw gvcli::UsageError("--device: expected soft, mlx5, mlx5_N, verbs or a device name");
         return run(a);
     });
 }
