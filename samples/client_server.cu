@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "device_option.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/mps.hpp"

@@ -101,10 +101,6 @@ std::string usage() {
         unsigned(oob::kDefaultPort), oob::kDefaultTimeoutMs);
 }
 
-/// True when --device goes through the verbs backend: "verbs" or a device name other than
-/// soft and mlx5*.
-bool uses_verbs(const Args& a) { return a.device != "soft" && a.device != "mlx5" && a.device.rfind("mlx5_", 0) != 0; }
-
 /// Parses the command line (gvcli::UsageError for a mistake).
 void parse(gvcli::Args& args, Args& a) {
     bool server = false, client = false;
@@ -113,7 +109,7 @@ void parse(gvcli::Args& args, Args& a) {
         else if (args.is("--client")) client = true, a.host = args.value();
         else if (args.is("--port")) a.port = uint16_t(args.integer(0, 65535));
         else if (args.is("--bind")) a.bind = args.value();
-        else if (args.is("--device")) a.device = args.value();
+        else if (args.is("--device")) a.device = gvcli::device_value(args);
         else if (args.is("--gid-index")) a.gid_index = int(args.integer(0, 255));
         else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 1023));
         else if (args.is("--no-mps")) a.no_mps = true;
@@ -125,20 +121,14 @@ void parse(gvcli::Args& args, Args& a) {
     }
     if (server == client) throw gvcli::UsageError("give --server or --client HOST");
     if (client && a.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
-    if (a.device.empty()) throw gvcli::UsageError("--device: expected soft, mlx5, mlx5_N, verbs or a device name");
-    if (a.gid_index >= 0 && !uses_verbs(a))
-        throw gvcli::UsageError("--gid-index: for the verbs backend (--device verbs or a device name such as rxe0)");
+    if (a.gid_index >= 0 && !gvcli::is_verbs_device(a.device))
+        throw gvcli::UsageError(
+            "--gid-index: for the verbs backend (--device verbs or a device name such as rxe0)");
     a.server = server;
 }
 
 ContextOptions context_options(const Args& a, int gpu) {
-    ContextOptions o;
-    o.gpu = gpu;
-    if (a.device == "soft") o.backend = Backend::Soft;
-    else if (a.device == "mlx5" || a.device.rfind("mlx5_", 0) == 0)
-        o.backend = Backend::Mlx5, o.device = a.device == "mlx5" ? "" : a.device;
-    else o.backend = Backend::Verbs, o.device = a.device == "verbs" ? "" : a.device, o.verbs.gid_index = a.gid_index;
-    return o;
+    return gvcli::device_context(a.device, gpu, a.gid_index);
 }
 
 /// The GPU to run on (-1: CPU threads); NotSupported, saying why, when the GPU asked for

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "device_option.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 
@@ -30,18 +31,6 @@ struct Args {
     int gpu = -2;     // -2: GPU 0 if present, -1: CPU threads
     std::string device = "soft";  // soft, mlx5 / mlx5_N (the mlx5 backend), verbs or a device name
 };
-
-/// The context --device and --gpu ask for: the software device, a ConnectX through the mlx5
-/// backend, or any other RDMA device through the verbs backend ("verbs": the first one).
-ContextOptions context_options(const Args& a) {
-    ContextOptions o;
-    o.gpu = a.gpu;
-    if (a.device == "soft") o.backend = Backend::Soft;
-    else if (a.device == "mlx5" || a.device.rfind("mlx5_", 0) == 0)
-        o.backend = Backend::Mlx5, o.device = a.device == "mlx5" ? "" : a.device;
-    else o.backend = Backend::Verbs, o.device = a.device == "verbs" ? "" : a.device;
-    return o;
-}
 
 struct Job {
     dev::QpHandle qp;
@@ -158,7 +147,7 @@ int run(Args a) {
 #endif
         Context ctx = [&] {
             try {
-                return Context(context_options(a));
+                return Context(gvcli::device_context(a.device, a.gpu));
             } catch (const Error& e) {
                 if (a.device != "soft") throw Error("--device " + a.device + ": " + e.what());
                 if (a.gpu < 0) throw;
@@ -329,10 +318,9 @@ int main(int argc, char** argv) {
             else if (args.is("--iters")) a.iters = int(args.integer(1, 1 << 20));
             else if (args.is("--gpu")) a.gpu = int(args.integer(-1, 63));
             else if (args.is("--cpu")) a.gpu = -1;
-            else if (args.is("--device")) a.device = args.value();
+            else if (args.is("--device")) a.device = gvcli::device_value(args);
             else args.unknown();
         }
-        if (a.device.empty()) throw gvcli::UsageError("--device: expected soft, mlx5, mlx5_N, verbs or a device name");
         return run(a);
     });
 }

@@ -145,11 +145,13 @@ void* BackendOps::shared_alloc(size_t bytes) {
     }
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     if (bytes > SIZE_MAX - page)
-        throw InvalidUsage("SharedBuffer of " + std::to_string(bytes) + " bytes: more than this host can map");
-    void* p = mmap(nullptr, (bytes + page - 1) / page * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);  // page-aligned, zeroed
+        throw InvalidUsage("SharedBuffer of " + std::to_string(bytes) +
+                           " bytes: more than this host can map");
+    void* p = mmap(nullptr, (bytes + page - 1) / page * page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // page-aligned, zeroed
     if (p == MAP_FAILED)
-        throw SystemError("SharedBuffer of " + std::to_string(bytes) + " bytes on " + name() + ": mmap", errno);
+        throw SystemError("SharedBuffer of " + std::to_string(bytes) + " bytes on " + name() + ": mmap",
+                          errno);
     return p;
 }
 void BackendOps::shared_free(void* p, size_t bytes) noexcept {

@@ -88,7 +88,8 @@ TEST(Mlx5StandIn, SharedBufferIsMemoryThePeerWrites) {
     MemoryRegion mr(p.pd, target.data(), n, kAllAccess);
     HostBuf src(p.pd, n, kLocalWrite);
     gvtest::fill_random(src.data(), n, 7);
-    ASSERT_EQ(dev::write(p.h(0), src.data(), uint32_t(n), src.lkey(), mr.remote().addr, mr.rkey()), Status::Ok);
+    ASSERT_EQ(dev::write(p.h(0), src.data(), uint32_t(n), src.lkey(), mr.remote().addr, mr.rkey()),
+              Status::Ok);
     ASSERT_EQ(dev::commit(p.h(0)), Status::Ok);
     wait_ok(p.h(0), 1);
     EXPECT_EQ(gvtest::first_diff(src.data(), target.as<uint8_t>(), n), -1);

@@ -5,8 +5,8 @@
 // work requests the sink records must be what was posted. Label cpu: no device needed.
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "core/backend.hpp"
