@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -40,6 +41,15 @@ private:
     uint32_t n_, count_ = 0;
     uint64_t gen_ = 0;
 };
+
+/// Runs f(n) for every group size n in sizes, each named in what fails under it.
+template <class F>
+void for_sizes(std::initializer_list<uint32_t> sizes, F f) {
+    for (uint32_t n : sizes) {
+        SCOPED_TRACE(testing::Message() << n << " threads");
+        f(n);
+    }
+}
 
 /// What drain() needs of a group, for CPU threads.
 struct CpuGroup {
@@ -142,11 +152,10 @@ TEST(SoftGroupExec, GatherScatterGroupOf256PlansAhead) {
 }
 TEST(SoftGroupExec, GatherScatterGroupOf512PlansAhead) { gather_scatter(512, 33); }
 TEST(SoftGroupExec, GatherScatterGroupsThatTakeTurns) {
-    for (uint32_t n : {1u, 2u, 64u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
+    for_sizes({1u, 2u, 64u}, [](uint32_t n) {
         gather_scatter(n, 31);
         gather_scatter(n, 32);
-    }
+    });
 }
 
 // Two scatter entries over the same 2 KiB, then a third over part of both: every byte holds
@@ -252,19 +261,9 @@ void lost_completion_mid_chain(uint32_t threads) {
 
 }  // namespace
 
-TEST(SoftGroupExec, ChainedWqesCompleteInTurn) {
-    for (uint32_t n : {512u, 256u, 64u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        chained_rounds(n);
-    }
-}
+TEST(SoftGroupExec, ChainedWqesCompleteInTurn) { for_sizes({512u, 256u, 64u}, chained_rounds); }
 
-TEST(SoftGroupExec, LostCompletionEndsTheChain) {
-    for (uint32_t n : {512u, 256u, 1u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        lost_completion_mid_chain(n);
-    }
-}
+TEST(SoftGroupExec, LostCompletionEndsTheChain) { for_sizes({512u, 256u, 1u}, lost_completion_mid_chain); }
 
 namespace {
 
@@ -558,38 +557,21 @@ TEST(SoftGroupExec, LateReceiversEverySendLandsOnce) {
     late_receivers(256);
 }
 
-TEST(SoftGroupExec, SendRunsLandWholeAndCompleteInOrder) {
-    for (uint32_t n : {512u, 256u, 64u, 32u, 2u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        send_runs(n);
-    }
-}
+TEST(SoftGroupExec, SendRunsLandWholeAndCompleteInOrder) { for_sizes({512u, 256u, 64u, 32u, 2u}, send_runs); }
 
 TEST(SoftGroupExec, SendRunStopsAtASendReadingAnEarlierOnesReceive) {
-    for (uint32_t n : {512u, 256u, 32u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        send_reads_earlier_receive(n);
-    }
+    for_sizes({512u, 256u, 32u}, send_reads_earlier_receive);
 }
 
-TEST(SoftGroupExec, SendRunIntoOneBufferLandsInListOrder) {
-    for (uint32_t n : {256u, 32u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        send_run_same_buffer(n);
-    }
-}
+TEST(SoftGroupExec, SendRunIntoOneBufferLandsInListOrder) { for_sizes({256u, 32u}, send_run_same_buffer); }
 
 TEST(SoftGroupExec, SendsPlannedAheadTakeReceivesInOrder) {
-    for (uint32_t n : {512u, 256u, 64u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
+    for_sizes({512u, 256u, 64u}, [](uint32_t n) {
         sends_ahead(n, 96);
         sends_ahead(n, 61);
-    }
+    });
 }
 
 TEST(SoftGroupExec, LostReceiveCompletionDropsTheSendPlannedAhead) {
-    for (uint32_t n : {512u, 256u, 1u}) {
-        SCOPED_TRACE(testing::Message() << n << " threads");
-        send_ahead_lost_receive_completion(n);
-    }
+    for_sizes({512u, 256u, 1u}, send_ahead_lost_receive_completion);
 }
