@@ -89,8 +89,9 @@ void cpu_job(const Job& j, int phase, int* errors) {
 
 std::string usage() {
     return "usage: gv_demo [--qps N] [--iters N] [--gpu G | --cpu] [--device NAME]\n"
-           "Connected QP pairs on the software RDMA device: one CUDA block (or CPU thread) per QP\n"
-           "posts RDMA WRITEs to its peer's buffer and READs back; every byte is verified.\n"
+           "Connected QP pairs on the software RDMA device (or, --device, an RDMA device): one CUDA\n"
+           "block (or CPU thread) per QP posts RDMA WRITEs to its peer's buffer and READs back;\n"
+           "every byte is verified.\n"
            "  --qps N    connected QP pairs, one CUDA block (or CPU thread) each, 1 .. 1024 (default 8)\n"
            "  --iters N  WRITEs and READs per QP and message size, 1 .. 1048576 (default 256)\n"
            "  --gpu G    execute on GPU G; -1: CPU threads (default: GPU 0 when there is one)\n"
