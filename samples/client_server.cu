@@ -20,8 +20,9 @@
 // Buffers a peer reaches are gv::SharedBuffers (GPU memory on a GPU context, host memory on a
 // CPU one; on the software device from its shared arena, on a NIC plain memory); the rest is
 // private. At the end each side tells the other over TCP whether it validated everything,
-// then prints "Validation successful" (exit status 0) or what failed (exit status 1). Every wait is bounded by --timeout-ms. The server serves one client; until
-// one passes the handshake it rejects bad connections with their reason and keeps listening.
+// then prints "Validation successful" (exit status 0) or what failed (exit status 1). Every
+// wait is bounded by --timeout-ms. The server serves one client; until one passes the
+// handshake it rejects bad connections with their reason and keeps listening.
 //
 // Built as CUDA when the library has CUDA, as plain C++ (CPU threads only) otherwise.
 #include <unistd.h>
