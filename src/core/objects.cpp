@@ -137,18 +137,25 @@ RemoteBuffer MemoryRegion::remote() const {
 
 // ---- SharedBuffer -----------------------------------------------------------------------
 namespace detail {
+namespace {
+/// Bytes of the anonymous mapping that holds `bytes` (whole pages; bytes below SIZE_MAX - page).
+size_t mapped_bytes(size_t bytes) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+}
+}  // namespace
+
 void* BackendOps::shared_alloc(size_t bytes) {
     const int g = gpu();
     if (g >= 0) {
         cuda::DeviceGuard on(g);
         return cuda::dev_alloc(bytes);  // zeroed
     }
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    if (bytes > SIZE_MAX - page)
+    if (bytes > SIZE_MAX - size_t(sysconf(_SC_PAGESIZE)))
         throw InvalidUsage("SharedBuffer of " + std::to_string(bytes) +
                            " bytes: more than this host can map");
-    void* p = mmap(nullptr, (bytes + page - 1) / page * page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // page-aligned, zeroed
+    void* p = mmap(nullptr, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);  // page-aligned, zeroed
     if (p == MAP_FAILED)
         throw SystemError("SharedBuffer of " + std::to_string(bytes) + " bytes on " + name() + ": mmap",
                           errno);
@@ -164,8 +171,7 @@ void BackendOps::shared_free(void* p, size_t bytes) noexcept {
         }
         return;
     }
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    munmap(p, (bytes + page - 1) / page * page);
+    munmap(p, mapped_bytes(bytes));
 }
 }  // namespace detail
 
