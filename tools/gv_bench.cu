@@ -49,13 +49,6 @@
 #include "gpuverbs/mps.hpp"
 #endif
 
-#ifndef GV_BENCH_DEFAULT_OP
-#define GV_BENCH_DEFAULT_OP "write"
-#endif
-#ifndef GV_BENCH_DEFAULT_LAT
-#define GV_BENCH_DEFAULT_LAT 0
-#endif
-
 using namespace gv;
 using gvbench::Failure;
 using gvbench::record_failure;
@@ -285,8 +278,10 @@ void check_two_process(const std::string& prog, const Opts& o) {
 
 #endif  // __CUDACC__
 
-int bench_main(gvcli::Args& args, const std::string& prog) {
+int bench_main(gvcli::Args& args, const std::string& prog, const char* default_op, bool default_lat) {
     Opts o;
+    o.op = default_op;
+    o.lat = default_lat;
     while (args.next()) {
         auto num = [&](uint64_t lo, uint64_t hi) { return uint32_t(args.integer((long long)lo, (long long)hi)); };
         auto client_of = [&](const std::string& host) {
@@ -432,7 +427,10 @@ int bench_main(gvcli::Args& args, const std::string& prog) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    const std::string prog = gvcli::program_name(argv[0]);
-    return gvcli::run(argc, argv, usage(prog), [&](gvcli::Args& args) { return bench_main(args, prog); });
+/// The four tools' entry (gv_bench_main.cpp): default_op "write", "read" or "send"; default_lat
+/// true for gv_write_lat.
+int gv_bench_tool_main(int argc, char** argv, const char* default_op, bool default_lat) {
+    const std::string prog = gvcli::program_name(argc > 0 ? argv[0] : nullptr);
+    return gvcli::run(argc, argv, usage(prog),
+                      [&](gvcli::Args& args) { return bench_main(args, prog, default_op, default_lat); });
 }

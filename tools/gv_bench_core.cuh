@@ -1,6 +1,6 @@
 // The measured kernels (bandwidth and latency), the CPU initiator on a GPU context, and the
 // memcpy ceiling (the options and the output: gv_bench_host.hpp).
-// Part of tools/gv_bench.cu (one translation unit per tool; these helpers stay in its
+// Part of tools/gv_bench.cu (one translation unit for the four tools; these helpers stay in its
 // anonymous namespace).
 #pragma once
 

@@ -7,7 +7,7 @@
 // reaches are then gv::SharedBuffer memory, which the peer process maps). The conversation is
 // the GPU mode's (gv_bench_wire.hpp): each side runs its part on CPU threads where the GPU
 // mode launches a kernel.
-// Part of tools/gv_bench.cu (one translation unit per tool; these helpers stay in its
+// Part of tools/gv_bench.cu (one translation unit for the four tools; these helpers stay in its
 // anonymous namespace).
 #pragma once
 

@@ -1,7 +1,7 @@
 // The benchmarks' host side: options, the output both modes print, the QPs' setup, failure
 // messages. Host code only, so that the CPU-only build (gv_bench.cu compiled as C++, the CPU
 // initiator of gv_bench_cpu.hpp) shares it with the CUDA one.
-// Part of tools/gv_bench.cu (one translation unit per tool; these helpers stay in its
+// Part of tools/gv_bench.cu (one translation unit for the four tools; these helpers stay in its
 // anonymous namespace).
 #pragma once
 
@@ -15,8 +15,8 @@ struct Opts {
     uint16_t port = oob::kDefaultPort;
     int timeout_ms = 60000;      // connect, accept and every wait for the peer
     std::set<std::string> given;  // options set on the command line (a server checks them)
-    std::string op = GV_BENCH_DEFAULT_OP;
-    bool lat = GV_BENCH_DEFAULT_LAT;
+    std::string op = "write";  // the tool's default (gv_bench_tool_main), then --op
+    bool lat = false;          // the tool's default (gv_write_lat: true), then --lat
     std::vector<uint32_t> sizes{65536};
     uint32_t iters = 1000;  // WQEs per QP (bw) or round trips (lat)
     uint32_t qps = 1;

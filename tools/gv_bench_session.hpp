@@ -2,7 +2,7 @@
 // (gv_bench_wire.hpp's Params), the server's reasons to refuse them, and how it adopts them.
 // Host code only: the GPU-initiated mode (gv_bench_two_process.cuh) and the CPU one
 // (gv_bench_cpu_two_process.hpp, also in a build without CUDA) use it.
-// Part of tools/gv_bench.cu (one translation unit per tool; these helpers stay in its
+// Part of tools/gv_bench.cu (one translation unit for the four tools; these helpers stay in its
 // anonymous namespace).
 #pragma once
 

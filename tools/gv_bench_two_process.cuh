@@ -1,6 +1,6 @@
 // Two processes: a client that measures, a server that provides the targets (options
 // exchange, setup, bounded waits, refusals).
-// Part of tools/gv_bench.cu (one translation unit per tool; these helpers stay in its
+// Part of tools/gv_bench.cu (one translation unit for the four tools; these helpers stay in its
 // anonymous namespace).
 #pragma once
 
