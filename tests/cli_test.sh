@@ -209,7 +209,11 @@ convention() {
         run 20 "$build/tools/gv_write_bw" --device nosuchdev --server --port 0
         expect "gv_write_bw --device nosuchdev --server" 1 err "Backend::Verbs needs an RDMA device"
         [[ "$out" == *"waiting up to"* ]] && fail "gv_write_bw --device nosuchdev --server listened: $out"
+        run 20 "$build/tools/gv_write_bw" --device=
+        expect "gv_write_bw --device=" 2 err "--device: expected soft, mlx5, mlx5_N, verbs or a device name"
         if bench_has_cuda; then
+            run 20 "$build/tools/gv_write_bw" --device mlx5_0 --server
+            expect "gv_write_bw --device mlx5_0 --server" 2 err "two-process runs with GPU initiators are the software device's"
             run 20 "$build/tools/gv_write_bw" --server --mem host
             expect "gv_write_bw --server --mem host" 2 err "--mem host: two-process buffers are GPU memory"
             run 20 "$build/tools/gv_send_bw" --initiator cpu

@@ -29,20 +29,29 @@ inline bool is_verbs_device(const std::string& name) {
     return name != "soft" && name != "mlx5" && name.rfind("mlx5_", 0) != 0;
 }
 
+/// The context options of the verbs backend on device NAME ("verbs": the first RDMA device) on
+/// GPU gpu (-1: CPU threads); gid_index: its GID index (-1: the backend's default). Any name, a
+/// ConnectX's included: a program without GPU initiators drives every device this way.
+inline gv::ContextOptions verbs_context(const std::string& name, int gpu, int gid_index = -1) {
+    gv::ContextOptions o;
+    o.gpu = gpu;
+    o.backend = gv::Backend::Verbs;
+    o.device = name == "verbs" ? "" : name;
+    o.verbs.gid_index = gid_index;
+    return o;
+}
+
 /// The context options of --device NAME on GPU gpu (-1: CPU threads); gid_index: the verbs
 /// backend's GID index (-1: its default).
 inline gv::ContextOptions device_context(const std::string& name, int gpu, int gid_index = -1) {
+    if (is_verbs_device(name)) return verbs_context(name, gpu, gid_index);
     gv::ContextOptions o;
     o.gpu = gpu;
     if (name == "soft") {
         o.backend = gv::Backend::Soft;
-    } else if (!is_verbs_device(name)) {
+    } else {
         o.backend = gv::Backend::Mlx5;
         o.device = name == "mlx5" ? "" : name;
-    } else {
-        o.backend = gv::Backend::Verbs;
-        o.device = name == "verbs" ? "" : name;
-        o.verbs.gid_index = gid_index;
     }
     return o;
 }

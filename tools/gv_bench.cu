@@ -39,6 +39,7 @@
 
 #include "bench_failure.hpp"
 #include "cli.hpp"
+#include "device_option.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
 #include "gpuverbs/oob.hpp"
@@ -330,7 +331,7 @@ int bench_main(gvcli::Args& args, const std::string& prog, const char* default_o
         } else if (args.is("--client")) client_of(args.value());
         else if (args.is("--port")) o.port = uint16_t(num(0, 65535));
         else if (args.is("--timeout")) o.timeout_ms = int(num(1, 3600)) * 1000;
-        else if (args.is("-d", "--device")) o.device = args.value();
+        else if (args.is("-d", "--device")) o.device = gvcli::device_value(args);
         else if (args.is("-x", "--gid-index")) o.gid_index = int(num(0, 255));
         else if (args.is("--proxy-idle-sleep-us")) o.proxy_idle_us = int(num(0, 100000));
         else if (args.is("--proxy-only")) o.proxy_only = true;
@@ -412,8 +413,9 @@ int bench_main(gvcli::Args& args, const std::string& prog, const char* default_o
         return run_loopback(o);
     }
     if (!o.device.empty() && o.device != "soft")
-        throw gvcli::UsageError("--device " + o.device + ": two-process runs use the software device "
-                                "(gv::SharedBuffer); run the loopback form (no HOST, no --server)");
+        throw gvcli::UsageError("--device " + o.device + ": two-process runs with GPU initiators are the software "
+                                "device's (this tool has no GPU-initiated client/server over a ConnectX); run "
+                                "the loopback form (no HOST, no --server)");
     if (o.host_mem) throw gvcli::UsageError("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
     if (!o.gpu_init) throw gvcli::UsageError("--initiator cpu: two-process mode is GPU-initiated only");
     if (o.mode == Mode::Server && o.peer_gpu >= 0)

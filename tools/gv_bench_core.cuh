@@ -7,18 +7,10 @@
 namespace {
 
 
-/// The context --device names: the software device on GPU 0, or the mlx5 backend on that
-/// ConnectX (GPU 0 drives its queues).
+/// The context of a GPU-initiated run: the software device, or the mlx5 backend on the ConnectX
+/// --device names (mlx5: the first one), on GPU --gpu, which drives its queues.
 inline ContextOptions context_for(const Opts& o) {
-    ContextOptions c;
-    c.gpu = o.gpu;
-    if (o.device.empty() || o.device == "soft") {
-        c.backend = Backend::Soft;
-    } else {
-        c.backend = Backend::Mlx5;
-        c.device = o.device;
-    }
-    return c;
+    return gvcli::device_context(o.device.empty() ? "soft" : o.device, o.gpu);
 }
 
 // One QP's work for a kernel block or a CPU initiator thread (gv_bench_cpu.hpp).

@@ -25,12 +25,13 @@
 namespace {
 
 /// True when --device names an RDMA device the verbs backend drives: anything but "soft"
-/// and, in a CUDA build, a ConnectX (mlx5_*), which the mlx5 backend drives from the GPU.
-/// Without CUDA every named device goes through the verbs backend.
+/// and, in a CUDA build, a ConnectX (mlx5, mlx5_N), which the mlx5 backend drives from the GPU
+/// (the rule of gv_demo and the client-server sample, tools/device_option.hpp). Without CUDA
+/// every named device goes through the verbs backend, CPU initiators being all this build has.
 bool verbs_device(const Opts& o) {
     if (o.device.empty() || o.device == "soft") return false;
 #if defined(__CUDACC__)
-    return o.device.rfind("mlx5", 0) != 0;
+    return gvcli::is_verbs_device(o.device);
 #else
     return true;
 #endif
@@ -291,9 +292,7 @@ ContextOptions cpu_context_for(const Opts& o) {
     ContextOptions c;
     c.gpu = -1;
     if (verbs_device(o)) {
-        c.backend = Backend::Verbs;
-        c.device = o.device;
-        c.verbs.gid_index = o.gid_index;
+        c = gvcli::verbs_context(o.device, -1, o.gid_index);
         // The initiator threads post and poll themselves (cpu_posts_inline): the proxy thread is
         // off their path and may sleep when idle. With --proxy-only it is on the path of every
         // message, so for latency it busy-polls, as perftest's ping-pong does (a proxy that
