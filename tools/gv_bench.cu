@@ -413,9 +413,11 @@ int bench_main(gvcli::Args& args, const std::string& prog, const char* default_o
         return run_loopback(o);
     }
     if (!o.device.empty() && o.device != "soft")
-        throw gvcli::UsageError("--device " + o.device + ": two-process runs with GPU initiators are the software "
-                                "device's (this tool has no GPU-initiated client/server over a ConnectX); run "
-                                "the loopback form (no HOST, no --server)");
+        throw gvcli::UsageError(
+            "--device " + o.device +
+            ": two-process runs with GPU initiators are the software "
+            "device's (this tool has no GPU-initiated client/server over a ConnectX); run "
+            "the loopback form (no HOST, no --server)");
     if (o.host_mem) throw gvcli::UsageError("--mem host: two-process buffers are GPU memory (gv::SharedBuffer)");
     if (!o.gpu_init) throw gvcli::UsageError("--initiator cpu: two-process mode is GPU-initiated only");
     if (o.mode == Mode::Server && o.peer_gpu >= 0)

@@ -6,7 +6,6 @@
 
 namespace {
 
-
 /// The context of a GPU-initiated run: the software device, or the mlx5 backend on the ConnectX
 /// --device names (mlx5: the first one), on GPU --gpu, which drives its queues.
 inline ContextOptions context_for(const Opts& o) {
