@@ -11,6 +11,8 @@
 
 #include "cli.hpp"
 #include "gpuverbs/context.hpp"
+#include "gpuverbs/errors.hpp"
+#include "gpuverbs/memory_region.hpp"
 
 namespace gvcli {
 
@@ -54,6 +56,22 @@ inline gv::ContextOptions device_context(const std::string& name, int gpu, int g
         o.device = name == "mlx5" ? "" : name;
     }
     return o;
+}
+
+/// A MemoryRegion of [addr, addr + length) in pd. Where ctx is a GPU context on an RDMA device
+/// and the registration fails (GPU memory needs GPUDirect RDMA: dma-buf or nvidia-peermem,
+/// which Soft-RoCE and most hosts without a ConnectX lack), the error ends with the way out:
+/// cpu_option, CPU threads on host memory.
+inline gv::MemoryRegion register_memory(const gv::ProtectionDomain& pd, const gv::Context& ctx, void* addr,
+                                        size_t length, uint32_t access, const char* cpu_option) {
+    try {
+        return gv::MemoryRegion(pd, addr, length, access);
+    } catch (const gv::Error& e) {
+        if (ctx.gpu() < 0 || ctx.backend() == gv::Backend::Soft) throw;
+        throw gv::Error(std::string(e.what()) + "\n(the buffers are GPU memory, which " + ctx.name() +
+                        " reaches only through GPUDirect RDMA; " + cpu_option +
+                        " runs from CPU threads on host memory)");
+    }
 }
 
 }  // namespace gvcli

@@ -214,7 +214,9 @@ int run(Args a) {
             }
             std::memcpy(src, h_src.data(), total);
         }
-        MemoryRegion ms(pd, src, total, kLocalWrite), md(pd, dst, total, kAllAccess), mb(pd, back, total, kLocalWrite);
+        MemoryRegion ms = gvcli::register_memory(pd, ctx, src, total, kLocalWrite, "--cpu");
+        MemoryRegion md = gvcli::register_memory(pd, ctx, dst, total, kAllAccess, "--cpu");
+        MemoryRegion mb = gvcli::register_memory(pd, ctx, back, total, kLocalWrite, "--cpu");
 
         std::printf("%10s %6s %10s %14s %14s %10s\n", "#bytes", "#QPs", "#WQEs", "WRITE GB/s", "READ GB/s", "verified");
         bool all_ok = true;
