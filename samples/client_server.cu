@@ -102,7 +102,8 @@ int run_server(const Args& a) {
     const size_t n = a.size;
     SharedBuffer buf_a(ctx, n), buf_b(ctx, n);  // the client WRITEs and READs A, SENDs into B
     LocalBuffer buf_d(on_gpu, n);               // our READ of the client's C lands here
-    MemoryRegion mr_a = gvcli::register_memory(pd, ctx, buf_a.data(), n, kLocalWrite | kRemoteWrite | kRemoteRead, "--gpu -1");
+    MemoryRegion mr_a = gvcli::register_memory(pd, ctx, buf_a.data(), n,
+                                               kLocalWrite | kRemoteWrite | kRemoteRead, "--gpu -1");
     MemoryRegion mr_b = gvcli::register_memory(pd, ctx, buf_b.data(), n, kLocalWrite, "--gpu -1");
     MemoryRegion mr_d = gvcli::register_memory(pd, ctx, buf_d.data(), n, kLocalWrite, "--gpu -1");
     RoundRunner runner(on_gpu);
@@ -175,7 +176,8 @@ int run_client(const Args& a) {
     const size_t n = a.size;
     SharedBuffer flag(ctx, 64), buf_c(ctx, n);  // the server WRITEs the flag and READs C
     LocalBuffer src(on_gpu, 2 * n), back(on_gpu, n);
-    MemoryRegion mr_flag = gvcli::register_memory(pd, ctx, flag.data(), 64, kLocalWrite | kRemoteWrite, "--gpu -1");
+    MemoryRegion mr_flag =
+        gvcli::register_memory(pd, ctx, flag.data(), 64, kLocalWrite | kRemoteWrite, "--gpu -1");
     MemoryRegion mr_c = gvcli::register_memory(pd, ctx, buf_c.data(), n, kRemoteRead, "--gpu -1");
     MemoryRegion mr_src = gvcli::register_memory(pd, ctx, src.data(), 2 * n, kLocalWrite, "--gpu -1");
     MemoryRegion mr_back = gvcli::register_memory(pd, ctx, back.data(), n, kLocalWrite, "--gpu -1");
