@@ -95,10 +95,12 @@ GV_HOST_DEVICE bool responder_refused(uint8_t req_syndrome) {
 /// Moves the leader's view past the WQE prepare() planned (sq_ci as the leader counts it, and
 /// what is left published), before its completion: drain() plans the next WQE from there while
 /// the group copies this one. Nothing another agent sees changes here (complete() stores sq_ci).
-GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) {
-    lc.ci += o.bbs;
-    lc.pending -= o.bbs;
+/// bbs: the basic blocks stepped past (a run of SENDs: one each).
+GV_HOST_DEVICE void advance(LeaderCache& lc, uint32_t bbs) {
+    lc.ci += bbs;
+    lc.pending -= bbs;
 }
+GV_HOST_DEVICE void advance(LeaderCache& lc, const Outcome& o) { advance(lc, o.bbs); }
 
 /// The requester's side of completing a WQE (or a run's last SEND) that advance() counted:
 /// its CQE, sq_ci, and ERROR for a failed WQE or a requester completion lost to a full CQ.
