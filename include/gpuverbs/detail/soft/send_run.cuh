@@ -254,7 +254,7 @@ GV_HOST_DEVICE bool complete_send_run(QpContext* q, LeaderCache& lc, const Plan&
     const bool lost = ok < n;
     // cq_take_run marked the CQ overrun; the peer goes to ERROR, as complete_responder() does.
     if (lost) peer_to_error(lc, uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-    advance(lc, n);  // its n SENDs, one basic block each
+    advance(lc, n);                                                    // its n SENDs, one basic block each
     rmw_add_relaxed(&q->run_sends, (unsigned long long)n, kScopeGpu);  // its result unused: no wait
     Outcome last{};
     last.opcode = MLX5_OPCODE_SEND;
