@@ -254,8 +254,9 @@ GV_HOST_DEVICE bool complete_send_run(QpContext* q, LeaderCache& lc, const Plan&
     const bool lost = ok < n;
     // cq_take_run marked the CQ overrun; the peer goes to ERROR, as complete_responder() does.
     if (lost) peer_to_error(lc, uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
-    advance(lc, n);                                                    // its n SENDs, one basic block each
-    rmw_add_relaxed(&q->run_sends, (unsigned long long)n, kScopeGpu);  // its result unused: no wait
+    advance(lc, n);  // n SENDs of one basic block each
+    // Its result unused: no wait.
+    rmw_add_relaxed(&q->run_sends, (unsigned long long)n, kScopeGpu);
     Outcome last{};
     last.opcode = MLX5_OPCODE_SEND;
     last.wqe_index = uint16_t(lc.ci - 1);
