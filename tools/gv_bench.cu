@@ -358,7 +358,7 @@ int bench_main(gvcli::Args& args, const std::string& prog, const char* default_o
     if (o.mode == Mode::Client && o.port == 0) throw gvcli::UsageError("--port 0: the client needs the server's port");
     if (o.peer_gpu >= 0 && o.peer_gpu == o.gpu)
         throw gvcli::UsageError("--peer-gpu " + std::to_string(o.peer_gpu) + " is this process's GPU (--gpu)");
-    if (o.peer_gpu >= 0 && (o.host_mem || !o.gpu_init || (!o.device.empty() && o.device != "soft")))
+    if (o.peer_gpu >= 0 && (o.host_mem || !o.gpu_init || o.device != "soft"))
         throw gvcli::UsageError("--peer-gpu: GPU-initiated runs of the software device on device memory only");
     if ((o.proxy_only || o.proxy_idle_us >= 0) && !verbs_device(o))
         throw gvcli::UsageError(std::string(o.proxy_only ? "--proxy-only" : "--proxy-idle-sleep-us") +
@@ -412,7 +412,7 @@ int bench_main(gvcli::Args& args, const std::string& prog, const char* default_o
                                     "device and mlx5; every test on a verbs device such as rxe0)");
         return run_loopback(o);
     }
-    if (!o.device.empty() && o.device != "soft")
+    if (o.device != "soft")
         throw gvcli::UsageError(
             "--device " + o.device +
             ": two-process runs with GPU initiators are the software "

@@ -8,9 +8,7 @@ namespace {
 
 /// The context of a GPU-initiated run: the software device, or the mlx5 backend on the ConnectX
 /// --device names (mlx5: the first one), on GPU --gpu, which drives its queues.
-inline ContextOptions context_for(const Opts& o) {
-    return gvcli::device_context(o.device.empty() ? "soft" : o.device, o.gpu);
-}
+inline ContextOptions context_for(const Opts& o) { return gvcli::device_context(o.device, o.gpu); }
 
 // One QP's work for a kernel block or a CPU initiator thread (gv_bench_cpu.hpp).
 using Job = CpuJob;

@@ -29,7 +29,7 @@ namespace {
 /// (the rule of gv_demo and the client-server sample, tools/device_option.hpp). Without CUDA
 /// every named device goes through the verbs backend, CPU initiators being all this build has.
 bool verbs_device(const Opts& o) {
-    if (o.device.empty() || o.device == "soft") return false;
+    if (o.device == "soft") return false;
 #if defined(__CUDACC__)
     return gvcli::is_verbs_device(o.device);
 #else

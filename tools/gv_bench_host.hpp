@@ -25,8 +25,9 @@ struct Opts {
     bool host_mem = false;
     bool json = false;
     bool gbits = false;
-    std::string device;  // --device: "" or "soft" the software device, mlx5_* a ConnectX (mlx5 backend,
-                         // with CUDA), any other RDMA device the verbs backend (CPU initiators)
+    // --device (never empty): soft the software device, mlx5 / mlx5_N a ConnectX (mlx5 backend,
+    // with CUDA), verbs or any other RDMA device the verbs backend (CPU initiators)
+    std::string device = "soft";
     int gid_index = -1;  // --gid-index (perftest's -x): the verbs backend's GID (-1: RoCE v2 first)
     int proxy_idle_us = -1;  // --proxy-idle-sleep-us: the verbs proxy's idle sleep bound (-1: 0 for
                              // latency with --proxy-only; the library's default otherwise)

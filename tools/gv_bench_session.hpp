@@ -46,9 +46,9 @@ std::string refusal(const Opts& s, const gvbench::Params& c) {
         return "the client runs " + theirs + ", this server " + ours + ": start the server as gv_" + theirs +
                " --server";
     if (c.gpu_init && !s.gpu_init)
-        return "the client's kernels post (GPU-initiated), this server's CPU threads (--device " +
-               (s.device.empty() ? std::string("soft") : s.device) +
-               (verbs_device(s) ? "" : " in a build without CUDA") + "): start both sides with the same --device";
+        return "the client's kernels post (GPU-initiated), this server's CPU threads (--device " + s.device +
+               (verbs_device(s) ? "" : " in a build without CUDA") +
+               "): start both sides with the same --device";
     if (!c.gpu_init && s.gpu_init)
         return "the client posts from CPU threads (a verbs --device such as rxe0, or a build without CUDA), this "
                "server from GPU kernels: start both sides with the same --device and the same build";
