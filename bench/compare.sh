@@ -2,9 +2,9 @@
 # Before/after check of a change on one machine in one session: runs the same short list of
 # benchmarks with two or more builds' tools, interleaved (A, B, ..., A, B, ...) so that drift of
 # the machine hits every build alike, and prints one line per case with every build's median and
-# its ratio to the first build's.
+# its ratio to the first build's. One build alone gets its medians (and every run) only.
 #   bench/compare.sh A_BIN_DIR B_BIN_DIR [OUT_DIR=bench/compare] [REPS=3]
-#   bench/compare.sh [--out DIR] [--reps N] [--cases FILE] NAME=BIN_DIR NAME=BIN_DIR [NAME=BIN_DIR...]
+#   bench/compare.sh [--out DIR] [--reps N] [--cases FILE] NAME=BIN_DIR [NAME=BIN_DIR...]
 # BIN_DIR: a build's tools folder (build/tools), or any folder holding its gv_* binaries (the
 # first form names the builds a and b). --cases FILE: one case per line (a tool and its options,
 # as below; blank lines and lines starting with # are skipped) instead of the built-in list.
@@ -38,11 +38,14 @@ else
         esac
     done
 fi
-(( ${#NAMES[@]} >= 2 )) || { echo "compare.sh: give at least two builds" >&2; usage; }
+(( ${#NAMES[@]} >= 1 )) || { echo "compare.sh: name at least one build (NAME=BIN_DIR)" >&2; usage; }
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: REPS must be a positive whole number, not '$REPS'" >&2; exit 2; }
 for i in "${!NAMES[@]}"; do
     [[ ${NAMES[$i]} =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "compare.sh: a build's name may use letters, digits, _ . - only: '${NAMES[$i]}'" >&2; exit 2; }
     [ -d "${DIRS[$i]}" ] || { echo "compare.sh: ${NAMES[$i]}: no folder ${DIRS[$i]}" >&2; exit 2; }
+    for ((j = 0; j < i; ++j)); do
+        [[ ${NAMES[$j]} != "${NAMES[$i]}" ]] || { echo "compare.sh: two builds are named '${NAMES[$i]}' (each needs its own name: its runs go to NAME.jsonl)" >&2; exit 2; }
+    done
 done
 
 # The cases: what each issue's targets name (latency, small-message rate on one and many
@@ -77,10 +80,14 @@ failed=0
 run() {  # run NAME BIN_DIR CASE: one JSON line to NAME.jsonl, tagged with the case and round
     local side=$1 dir=$2 c=$3
     echo "+ [$side] $c" >> "$LOG"
+    # The tool's own exit status (a pipeline's would be grep's when the tool printed no JSON).
+    local rc line
     # shellcheck disable=SC2086  # the case is a list of words
-    local line
-    line=$(timeout 120 "$dir"/$c --json 2>>"$LOG" | tee -a "$LOG" | grep '^{' | tail -n 1)
-    local rc=${PIPESTATUS[0]}
+    timeout 120 "$dir"/$c --json > "$OUT/.run.out" 2>>"$LOG"
+    rc=$?
+    cat "$OUT/.run.out" >> "$LOG"
+    line=$(grep '^{' "$OUT/.run.out" | tail -n 1)
+    rm -f "$OUT/.run.out"
     if (( rc != 0 )) || [ -z "$line" ]; then
         echo "FAILED (exit $rc): [$side] $c" | tee -a "$LOG"
         failed=$((failed + 1))
