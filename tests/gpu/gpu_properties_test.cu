@@ -1,7 +1,9 @@
 // The properties docs/execution-model.md requires of where the software device executes on the GPU:
 // RC ordering as a polling responder sees it, the user's cudaDeviceSynchronize keeps
 // returning, and no deadlock when user kernels fill every SM with waiting blocks.
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "gpu/gpu_util.cuh"
 
@@ -219,6 +221,63 @@ TEST(GpuProperties, RcOrderingCommitFlagManyThreadsFewQps) {
     GV_SKIP_WITHOUT_GPU();
     small_pairs(1);
     small_pairs(2);
+}
+
+// A small WRITE posted with kCommit executes in the posting thread (the direct path,
+// docs/execution-model.md, "Posted and committed in one call"): every WRITE must carry what its
+// thread stored into the source just before posting it, whatever the direct path does to load
+// the source early (a variant that loaded it beside the lock's RMW was measured on 2026-12-06,
+// docs/performance.md, session 31). One thread stores a new value into the same source each
+// time and posts it with kCommit, waiting for each completion before the next store: whole
+// words of one copy round (8 to 32 bytes), a length that is not whole words (12) and one of two
+// rounds (40).
+__device__ uint64_t direct_value(uint32_t i, uint32_t w) { return 0xd1000000000000ull | (uint64_t(i) << 8) | w; }
+
+__global__ void direct_source_kernel(dev::QpHandle qp, uint64_t* src, uint32_t lkey, uint64_t* dst, uint32_t rkey,
+                                     uint32_t size, uint32_t iters, unsigned long long* errors) {
+    for (uint32_t i = 0; i < iters; ++i) {
+        for (uint32_t w = 0; w < 6; ++w) src[w] = direct_value(i, w);
+        Status st = dev::write(qp, src, size, lkey, reinterpret_cast<uint64_t>(dst + size_t(i) * 6), rkey,
+                               kSignaled | kCommit);
+        if (st == Status::Ok) st = dev::wait_send(qp, 1, nullptr, 5'000'000'000ull);
+        if (st != Status::Ok) {
+            atomicAdd(errors, 1ull << 32);
+            return;
+        }
+    }
+}
+
+TEST(GpuProperties, CommitFlagWriteCarriesTheSourceStoredJustBefore) {
+    GV_SKIP_WITHOUT_GPU();
+    gvtest::Pair p(gvtest::gpu_ctx());
+    const uint32_t iters = 2000;
+    DevBuf src(6 * 8), dst(size_t(iters) * 6 * 8), err(8);
+    MemoryRegion ms(p.pd, src.p, src.n, kLocalWrite);
+    MemoryRegion md(p.pd, dst.p, dst.n, kAllAccess);
+    for (uint32_t size : {8u, 16u, 24u, 32u, 12u, 40u}) {
+        CUDA_OK(cudaMemset(dst.p, 0, dst.n));
+        CUDA_OK(cudaMemset(err.p, 0, 8));
+        direct_source_kernel<<<1, 1>>>(p.h(0), src.get<uint64_t>(), ms.lkey(), dst.get<uint64_t>(), md.rkey(), size,
+                                       iters, err.get<unsigned long long>());
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        unsigned long long e = 0;
+        CUDA_OK(cudaMemcpy(&e, err.p, 8, cudaMemcpyDeviceToHost));
+        ASSERT_EQ(e, 0ull) << size << " bytes: a post or its completion failed";
+        std::vector<uint8_t> got(dst.n);
+        CUDA_OK(cudaMemcpy(got.data(), dst.p, dst.n, cudaMemcpyDeviceToHost));
+        size_t wrong = 0, first = iters;
+        for (uint32_t i = 0; i < iters; ++i)
+            for (uint32_t b = 0; b < 48; ++b) {
+                const uint64_t word = 0xd1000000000000ull | (uint64_t(i) << 8) | (b / 8);
+                const uint8_t want = b < size ? uint8_t(word >> (8 * (b % 8))) : 0;
+                if (got[size_t(i) * 48 + b] != want) {
+                    ++wrong;
+                    first = std::min<size_t>(first, i);
+                }
+            }
+        EXPECT_EQ(wrong, 0u) << size << "-byte WRITEs: " << wrong << " bytes differ from the source as stored, the first in WRITE " << first;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
