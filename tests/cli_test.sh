@@ -168,6 +168,15 @@ convention() {
         expect "$prog ${failing/#-/} (runtime failure)" 1 err "$says"
         [ "$(printf '%s\n' "$err" | grep -c .)" -ge 1 ] || fail "$prog: no reason on stderr"
     done
+    # gv_probe_path --commit probes the direct path, which takes one WRITE of at most 128 bytes on
+    # one GPU: anything else is a usage error that says so, before any GPU is needed.
+    if [ -x "$build/tools/gv_probe_path" ]; then
+        for bad in "--op send" "--batch 2" "--size 129"; do
+            # shellcheck disable=SC2086  # the words of the case
+            run 20 "$build/tools/gv_probe_path" --commit $bad
+            expect "gv_probe_path --commit $bad" 2 err "--commit probes the direct path"
+        done
+    fi
     # Out of memory is a clear error (exit 1), not an uncaught std::bad_alloc (abort, 134):
     # gv_demo on CPU threads with more QPs than 3 GB of address space holds.
     if [ -x "$build/tools/gv_demo" ]; then

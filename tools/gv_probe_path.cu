@@ -11,6 +11,10 @@
 // are then per WQE of a long drain (what bounds one QP's message rate), not of a lone WRITE.
 // --size N: bytes per WRITE or SEND (default 8). A SEND of at most 32 bytes takes the
 // executor's fast_send_run, a larger one prepare() and the one-thread copy.
+// --commit: each WRITE posted and committed in one call (kCommit), which a lone thread's WRITE
+// of at most 128 bytes takes through the direct path (detail/soft/direct.cuh: the position's and
+// the lock's RMWs together, one round of loads, the WQE executed from registers); the one call's
+// time is split at the direct path's own stamps.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -42,6 +46,28 @@ enum { kRecv, kReserve, kBuild, kPublish, kDbrec, kExecute, kPoll, kPollRecv, kS
 const char* kStep[] = {"post receive on the peer (dev::recv; SEND only)", "reserve (sq_reserve_group)", "build WQE",
                        "publish (sq_publish_group)", "doorbell record (not on soft)", "execute (progress)",
                        "poll CQE (poll_cq)", "poll the peer's receive CQE (SEND only)"};
+// --commit: the one call (dev::write with kCommit) in place of reserve .. execute, and inside it
+// the direct path's stamps (the interval that ends at each; detail/soft/direct.cuh).
+const char* kCommitStep = "post + commit in one call (dev::write, kCommit)";
+struct CommitStamp {
+    int slot;
+    const char* label;
+};
+const CommitStamp kCommitInside[] = {
+    {gv::detail::kStampEnter, "  call: direct_ok, WQE built in registers"},
+    {gv::detail::kStampLocked, "  round A: config loads, position + lock RMWs (acquire)"},
+    {gv::detail::kStampPublished, "  round B: sq_ci, state, peer, regions, retirement"},
+    {gv::detail::kStampChecked, "  WQE stored to the ring, fast_run: decode"},
+    {gv::detail::kStampLocal, "  fast_run: regions (cached), peer up"},
+    {gv::detail::kStampRemote, "  fast_run: checks, bounds"},
+    {gv::detail::kStampCopied, "  fast_run: copy (source load, store)"},
+    {gv::detail::kStampFenced, "  fast_run: release fence"},
+    {gv::detail::kStampCqe, "  fast_run: requester CQE"},
+    {gv::detail::kStampFinished, "  fast_run: sq_ci"},
+    {gv::detail::kStampUnlocked, "  publish (sq_ready), give the QP back (CAS)"},
+    {gv::detail::kStampCount, "  return"},
+};
+
 // Inside execute and poll: the interval that ends at each stamp (detail::ExecStamp), and the
 // last one of each step up to the step's end. In a drain of several WQEs the per-WQE stamps
 // (kStampPublished .. kStampFinished) sum over its WQEs; "published" then also holds the
@@ -69,7 +95,7 @@ static_assert(sizeof(kInside) / sizeof(kInside[0]) == kStampCount + 2, "a label 
 __global__ void path_kernel(dev::QpHandle qp, dev::QpHandle peer, bool send, uint32_t size, uint8_t* src,
                             uint32_t lkey, uint64_t dst, uint32_t rkey, uint32_t dlkey, int n, int batch,
                             unsigned long long* acc, unsigned long long* inside, unsigned long long* stamp_cost,
-                            gvbench::Failure* fail) {
+                            gvbench::Failure* fail, bool commit) {
     using namespace gv::detail;
     unsigned long long sum[kSteps] = {};
     for (int k = 0; k < 32; ++k) gv_probe_acc[k] = 0;
@@ -88,24 +114,35 @@ __global__ void path_kernel(dev::QpHandle qp, dev::QpHandle peer, bool send, uin
                 rv = dev::recv(peer, reinterpret_cast<void*>(dst + uint64_t(size) * b), size, dlkey);
         unsigned long long t0 = clock64();
         dev::Reservation res;
-        const Status rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
-        unsigned long long t1 = clock64();
+        Status rs = Status::Ok;
+        unsigned long long t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0;
+        if (commit) {
+            // One call; its stamps (detail/soft/direct.cuh) split it from t0 on.
+            gv_probe_prev = t0;
+            rs = dev::write(qp, src, size, lkey, dst, rkey, kSignaled | kCommit);
+            t5 = clock64();
+            gv_probe_acc[kStampCount] += t5 - gv_probe_prev;
+            t1 = t2 = t3 = t4 = t0;
+        } else {
+        rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
+        t1 = clock64();
         for (int b = 0; b < batch; ++b) {
             Sge s{reinterpret_cast<uint64_t>(src + uint64_t(size) * b), size, lkey};
             dev::build_sge_wqe(qp, res.pos + b, send ? MLX5_OPCODE_SEND : MLX5_OPCODE_RDMA_WRITE,
                                b == batch - 1 ? kSignaled : 0, 0, send ? 0 : dst + uint64_t(size) * b, send ? 0 : rkey,
                                &s, 1);
         }
-        unsigned long long t2 = clock64();
+        t2 = clock64();
         dev::sq_publish_group(qp, res);
-        unsigned long long t3 = clock64();
+        t3 = clock64();
         // As dev::commit: the software device's committers do not move the record.
         if (detail::commit_moves_record(qp)) dev::sq_dbrec_to_published(qp);
-        unsigned long long t4 = clock64();
+        t4 = clock64();
         gv_probe_prev = t4;
         soft::progress(qp.soft.ctx, ThreadGroup{});
-        unsigned long long t5 = clock64();
+        t5 = clock64();
         gv_probe_acc[kStampCount] += t5 - gv_probe_prev;  // the last executor stamp to the return
+        }
         Completion c;
         gv_probe_prev = clock64();
         while (dev::poll_cq(qp.scq, &c, 1) == 0) {
@@ -146,7 +183,7 @@ __global__ void path_kernel(dev::QpHandle qp, dev::QpHandle peer, bool send, uin
 }
 
 const char* const kUsage =
-    "usage: gv_probe_path [--op write|send] [--size N] [--peer-gpu N] [--batch N]\n"
+    "usage: gv_probe_path [--op write|send] [--size N] [--peer-gpu N] [--batch N] [--commit]\n"
     "Where the time of one WRITE (or SEND) goes on the software device, step by step (reserve,\n"
     "build, publish, doorbell record, execute, poll), one CUDA thread on GPU 0, clock64. Needs a CUDA GPU.\n"
     "  --op OP        write (default) or send: each SEND's receive is posted on the peer first, and\n"
@@ -155,6 +192,8 @@ const char* const kUsage =
     "  --peer-gpu N   the responder QP and the target buffer on GPU N (1 .. 1023): a QP across GPUs\n"
     "  --batch N      N WQEs per iteration (1 .. 512), one doorbell, the last one signaled: one\n"
     "                 drain executes N WQEs (default 1); N x size at most 65536\n"
+    "  --commit       each WRITE posted and committed in one call (kCommit: the direct path, for\n"
+    "                 WRITEs of 1 .. 128 bytes, one per iteration, on one GPU), split at its steps\n"
     "  --help         this text\n"
     "Exit status: 0 measured, 1 failed (the reason on stderr), 2 bad usage.\n";
 
@@ -164,10 +203,12 @@ int main(int argc, char** argv) {
         int batch = 1;
         uint32_t size = 8;
         bool send = false;
+        bool commit = false;
         while (args.next()) {
             if (args.is("--peer-gpu")) peer = int(args.integer(1, 1023));
             else if (args.is("--batch")) batch = int(args.integer(1, 512));
             else if (args.is("--size")) size = uint32_t(args.integer(1, 4096));
+            else if (args.is("--commit")) commit = true;
             else if (args.is("--op")) {
                 const std::string op = args.value();
                 if (op != "write" && op != "send")
@@ -178,6 +219,10 @@ int main(int argc, char** argv) {
         if (uint64_t(batch) * size > 65536)
             throw gvcli::UsageError("--batch x --size: at most 65536 bytes per iteration, not " +
                                     std::to_string(uint64_t(batch) * size));
+        if (commit && (send || batch != 1 || size > 128 || peer >= 0))
+            throw gvcli::UsageError(
+                "--commit probes the direct path: one WRITE of 1 .. 128 bytes per iteration on one GPU "
+                "(not with --op send, --batch above 1, --size above 128 or --peer-gpu, which take the ordinary way)");
         gvbench::require_gpu();
         if (peer >= 0 && peer >= Context::gpu_count())
             throw gvcli::UsageError("--peer-gpu " + std::to_string(peer) + ": only " +
@@ -218,7 +263,7 @@ int main(int argc, char** argv) {
         const int n = batch > 1 ? 410 : 2010;
         path_kernel<<<1, 1>>>(a.device_handle(), b.device_handle(), send, size, src.get(), ms.lkey(),
                               uint64_t(dst.get()), md.rkey(), md.lkey(), n, batch, acc.get(), inside.get(),
-                              stamp_cost.get(), fail.get());
+                              stamp_cost.get(), fail.get(), commit);
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaDeviceSynchronize());
         const gvbench::Failure f = gvbench::read_failure(fail.get());
@@ -233,7 +278,18 @@ int main(int argc, char** argv) {
                     batch, size, what, peer >= 0 ? ("GPU " + std::to_string(peer)).c_str() : "the same GPU", n - 10,
                     clk / 1000, double(*stamp_cost.get()) / (clk / 1e6));
         std::printf("%-52s %12s %9s/%s\n", "step", "ns/doorbell", "ns", what);
+        if (commit) {
+            // The one call, split at the direct path's stamps; then the poll as below.
+            const double call = double(acc.get()[kExecute]) / per_iter;
+            std::printf("%-52s %12.1f %12.1f\n", kCommitStep, call, call);
+            for (const CommitStamp& c : kCommitInside) {
+                const double v = double(inside.get()[c.slot]) / per_iter;
+                std::printf("%-52s %12.1f %12.1f\n", c.label, v, v);
+            }
+            total += call;
+        }
         for (int k = 0; k < kSteps; ++k) {
+            if (commit && k != kPoll) continue;
             if (!send && (k == kRecv || k == kPollRecv)) continue;
             double ns = double(acc.get()[k]) / per_iter;
             total += ns;

@@ -132,6 +132,7 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
                                            bool qsys, mlx5::Unit u0, mlx5::Unit u1, mlx5::Unit u2, mlx5::Unit u3,
                                            uint32_t lkey, uint32_t rkey) {
     const unsigned long long ring = 1ull << sq_log_bb;
+    GV_EXEC_STAMP(kStampEnter);
 
     // Round A: the configuration and the guesses (relaxed; nothing orders them, nothing needs to).
     LeaderCache lc;
@@ -146,6 +147,9 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // fetch-add above stay in flight beside it.
     const unsigned long long pos = atom::fetch_add_relaxed(&ctr->sq_reserved, 1ull, qsys);
     const bool got = atom::fetch_add_acquire(&q->lock, 1u, GV_DIRECT_LOCK_SYS != 0) == 0u;
+    // gv_probe_path's stamps (nothing in any other build): each after a branch on the values it
+    // waits for, so that the interval ending there holds the wait.
+    if (got) GV_EXEC_STAMP(kStampLocked);
 
     // Round B, after the acquire: what the previous holder left, read as load_batch reads it.
     // sq_ci <= pos whatever we see (our WQE is not published, so no executor has passed it), so a
@@ -181,6 +185,7 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // polled, and earlier reservers whose publication we wait for may be waiting for room.
     if (!(got && lc.ci == pos && room && !xsys && lc.peer_up))
         return direct_ordinary(slow, got, room, u0, u1, u2, u3);
+    GV_EXEC_STAMP(kStampPublished);
 
     for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(sq, sq_log_bb, pos, k), b[k]);
     const FastWqe first = fast_units(b);
@@ -198,7 +203,10 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
         keep_hints(q, lc);
         // Give the QP back: a CAS from 1 to 0 (hold()'s), unless rings came meanwhile.
         uint32_t expect = 1;
-        if (rmw_cas(&q->lock, expect, 0u, sc)) return status_of(lc.state);
+        if (rmw_cas(&q->lock, expect, 0u, sc)) {
+            GV_EXEC_STAMP(kStampUnlocked);
+            return status_of(lc.state);
+        }
     }
     // Not run here (the drain decides it, errors included), or rings came: drained as ever.
     return direct_drain(slow, ran);
