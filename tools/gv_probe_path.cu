@@ -124,24 +124,24 @@ __global__ void path_kernel(dev::QpHandle qp, dev::QpHandle peer, bool send, uin
             gv_probe_acc[kStampCount] += t5 - gv_probe_prev;
             t1 = t2 = t3 = t4 = t0;
         } else {
-        rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
-        t1 = clock64();
-        for (int b = 0; b < batch; ++b) {
-            Sge s{reinterpret_cast<uint64_t>(src + uint64_t(size) * b), size, lkey};
-            dev::build_sge_wqe(qp, res.pos + b, send ? MLX5_OPCODE_SEND : MLX5_OPCODE_RDMA_WRITE,
-                               b == batch - 1 ? kSignaled : 0, 0, send ? 0 : dst + uint64_t(size) * b, send ? 0 : rkey,
-                               &s, 1);
-        }
-        t2 = clock64();
-        dev::sq_publish_group(qp, res);
-        t3 = clock64();
-        // As dev::commit: the software device's committers do not move the record.
-        if (detail::commit_moves_record(qp)) dev::sq_dbrec_to_published(qp);
-        t4 = clock64();
-        gv_probe_prev = t4;
-        soft::progress(qp.soft.ctx, ThreadGroup{});
-        t5 = clock64();
-        gv_probe_acc[kStampCount] += t5 - gv_probe_prev;  // the last executor stamp to the return
+            rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
+            t1 = clock64();
+            for (int b = 0; b < batch; ++b) {
+                Sge s{reinterpret_cast<uint64_t>(src + uint64_t(size) * b), size, lkey};
+                dev::build_sge_wqe(qp, res.pos + b, send ? MLX5_OPCODE_SEND : MLX5_OPCODE_RDMA_WRITE,
+                                   b == batch - 1 ? kSignaled : 0, 0, send ? 0 : dst + uint64_t(size) * b, send ? 0 : rkey,
+                                   &s, 1);
+            }
+            t2 = clock64();
+            dev::sq_publish_group(qp, res);
+            t3 = clock64();
+            // As dev::commit: the software device's committers do not move the record.
+            if (detail::commit_moves_record(qp)) dev::sq_dbrec_to_published(qp);
+            t4 = clock64();
+            gv_probe_prev = t4;
+            soft::progress(qp.soft.ctx, ThreadGroup{});
+            t5 = clock64();
+            gv_probe_acc[kStampCount] += t5 - gv_probe_prev;  // the last executor stamp to the return
         }
         Completion c;
         gv_probe_prev = clock64();
