@@ -91,7 +91,8 @@ build_tree() {
         # Measured: about 20 core-minutes, most of it nvcc on the GPU tests and tools; and on
         # many cores the longest compilations decide (327 s on 16 cores of an H200 machine,
         # 2026-12-05; 217-301 s on 16 cores of an H100 machine once the benchmarks' kernels
-        # were compiled once, not four times): as if at most 4 ran at once.
+        # were compiled once, not four times; 293 and 395 s on fresh H100 machines, 2026-12-06,
+        # where tools/gv_bench.cu alone takes about 3.5 core-minutes): as if at most 4 ran at once.
         what="the library, samples, tools and tests, with the GPU code (CUDA)"
         time=$(about 20 4)
         if ! gpu_visible; then
