@@ -70,7 +70,7 @@ gpu_visible() { return 1; }
 GV_JOBS=2
 out=$(build_tree "$tmp/cuda")
 [[ "$out" == *"with the GPU code (CUDA)"* ]] || fail "build_tree: a CUDA tree not announced as such: $out"
-[[ "$out" == *"about 10 min on 2 cores"* ]] || fail "build_tree: no time estimate for 2 cores: $out"
+[[ "$out" == *"about 23 min on 2 cores"* ]] || fail "build_tree: no time estimate for 2 cores: $out"
 [[ "$out" == *"its tests will skip"*"GV_CMAKE_ARGS=-DGV_ENABLE_CUDA=OFF"* ]] ||
     fail "build_tree: without a GPU, no hint of the CPU-only tree: $out"
 [ "$(grep -n "cmake --build $tmp/cuda -j2" <<<"$out" | cut -d: -f1)" = 3 ] ||
@@ -78,7 +78,7 @@ out=$(build_tree "$tmp/cuda")
 # shellcheck disable=SC2034
 GV_JOBS=16
 out=$(build_tree "$tmp/cuda")
-[[ "$out" == *"about 5 min on 16 cores"* ]] || fail "build_tree: no time estimate for 16 cores: $out"
+[[ "$out" == *"about 6 min on 16 cores"* ]] || fail "build_tree: no time estimate for 16 cores: $out"
 gpu_visible() { return 0; }
 out=$(build_tree "$tmp/cuda")
 [[ "$out" == *GV_ENABLE_CUDA* ]] && fail "build_tree: the CPU-only hint where a GPU runs the tests: $out"
