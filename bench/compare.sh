@@ -81,13 +81,12 @@ run() {  # run NAME BIN_DIR CASE: one JSON line to NAME.jsonl, tagged with the c
     local side=$1 dir=$2 c=$3
     echo "+ [$side] $c" >> "$LOG"
     # The tool's own exit status (a pipeline's would be grep's when the tool printed no JSON).
-    local rc line
+    local rc out line
     # shellcheck disable=SC2086  # the case is a list of words
-    timeout 120 "$dir"/$c --json > "$OUT/.run.out" 2>>"$LOG"
+    out=$(timeout 120 "$dir"/$c --json 2>>"$LOG")
     rc=$?
-    cat "$OUT/.run.out" >> "$LOG"
-    line=$(grep '^{' "$OUT/.run.out" | tail -n 1)
-    rm -f "$OUT/.run.out"
+    [ -n "$out" ] && printf '%s\n' "$out" >> "$LOG"
+    line=$(grep '^{' <<< "$out" | tail -n 1)
     if (( rc != 0 )) || [ -z "$line" ]; then
         echo "FAILED (exit $rc): [$side] $c" | tee -a "$LOG"
         failed=$((failed + 1))
