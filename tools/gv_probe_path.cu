@@ -122,7 +122,6 @@ __global__ void path_kernel(dev::QpHandle qp, dev::QpHandle peer, bool send, uin
             rs = dev::write(qp, src, size, lkey, dst, rkey, kSignaled | kCommit);
             t5 = clock64();
             gv_probe_acc[kStampCount] += t5 - gv_probe_prev;
-            t1 = t2 = t3 = t4 = t0;
         } else {
             rs = dev::sq_reserve_group(qp, uint32_t(batch), &res, kWaitForever);
             t1 = clock64();
