@@ -16,7 +16,9 @@
 //   B. after the lock's acquire, what the last holder left: sq_ci, the state, the peer and its
 //      fields, the two regions' entries, and the retirement point (acquire, last: its slot's
 //      old WQE was read by its pollers before we overwrite it);
-//   C. the copy (fast_run's, with the regions already in its caches).
+//   C. the WQE stored to the ring and published, then the copy and one release fence (fast_run's,
+//      with the regions already in its caches), and the lock given back by a CAS that the fence
+//      makes a release.
 // The WQE executes here only when nothing can come before it: the lock was free, sq_ci is our
 // position (every earlier WQE was executed, so every earlier reservation published: sq_ready is
 // our position too), the ring has room, and fast_run accepts it (the checks prepare() would
@@ -190,20 +192,45 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     for (uint32_t k = 0; k < 4; ++k) mlx5::store_unit(mlx5::wqe_seg(sq, sq_log_bb, pos, k), b[k]);
     const FastWqe first = fast_units(b);
     lc.pending = 1;
-    // The copy, its fence, the requester's CQE when signaled, sq_ci (fast_run: RC ordering as in
+    // Published in order (sq_ready was pos: see above), and where the queues' counters are device
+    // memory, before the execution (relaxed): then fast_run's release fence after the copy orders
+    // everything stored here (the WQE's bytes, the hints, sq_last and sq_ready, the bytes copied,
+    // sq_ci) before the CAS that gives the QP back, and that CAS needs no fence of its own. Two
+    // fences and a release store fewer than publishing after the execution with a release store
+    // and giving the QP back with an acquire-release CAS (each fence waits for the stores before
+    // it: 1.0 us from the copy's fence to the lock's release, H100, session 31).
+    // Why sq_ready may be seen before the bytes are copied: sq_ready says the WQE is in the ring,
+    // not that it executed, and the only agents that act on it are the lock holder (we hold the
+    // lock; the next holder acquires it after the CAS, which the fence orders after all of this)
+    // and posters waiting for their turn to publish (publish_in_order), which read nothing of
+    // ours. A completion, the one thing a user may poll, is written after the fence.
+    const bool early = !qsys;
+    if (early) {
+        keep_hints(q, lc);
+        atom::store_relaxed(&ctr->sq_last, pos);
+        atom::store_relaxed(&ctr->sq_ready, pos + 1);
+    }
+    // The copy, sq_ci, the fence, the requester's CQE when signaled (fast_run: RC ordering as in
     // any drain; the WQE's bytes stored above precede the fence, so a poller that acquires the
     // CQE finds them).
-    fast_run(q, lc, &first);
+    fast_run(q, lc, &first, true);
     const bool ran = lc.ci != pos;
-    // Published in order (sq_ready was pos: see above), after the execution: whoever acquires
-    // sq_ready sees the WQE's bytes, and sq_ci past it (the lock's release does that too).
-    atom::store_relaxed(&ctr->sq_last, pos, qsys);
-    atom::store_release(&ctr->sq_ready, pos + 1, qsys);
+    if (!early) {
+        // Queues in host memory: published after the execution, with a release store (a CPU
+        // thread may read these counters).
+        atom::store_relaxed(&ctr->sq_last, pos, qsys);
+        atom::store_release(&ctr->sq_ready, pos + 1, qsys);
+        if (ran) keep_hints(q, lc);
+    }
     if (ran) {
-        keep_hints(q, lc);
-        // Give the QP back: a CAS from 1 to 0 (hold()'s), unless rings came meanwhile.
+        // Give the QP back: a CAS from 1 to 0 (hold()'s), unless rings came meanwhile. Relaxed
+        // when fast_run's fence came last (published early, the WQE unsignaled, no move to
+        // ERROR): that fence and the CAS are a release. Otherwise acquire-release, as hold()'s.
+        // A CAS that fails (rings came) leaves the QP held: direct_drain's hold() gives it back
+        // with its own acquire-release RMWs, and reads what was published with acquire.
         uint32_t expect = 1;
-        if (rmw_cas(&q->lock, expect, 0u, sc)) {
+        const bool fenced = early && !(first.u[0].b & kFastSignalBit) && sends_allowed(lc.state);
+        if (fenced ? atom::cas_relaxed(&q->lock, expect, 0u) : rmw_cas(&q->lock, expect, 0u, sc)) {
             GV_EXEC_STAMP(kStampUnlocked);
             return status_of(lc.state);
         }
