@@ -174,8 +174,9 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 /// Per WQE it issues the next published WQE's loads before it copies this one. first: the
 /// units of the WQE at lc.ci when load_batch loaded them already, else null. ci_first: sq_ci is
 /// stored before each WQE's fence rather than after its completion (the direct path, which gives
-/// the QP back right after with no fence of its own; drains keep finish()'s order: measured on the
-/// H100, session 32, the other order cost 4 KiB WRITEs over 264 QPs 3.6% in a drain).
+/// the QP back right after with no fence of its own). Drains keep finish()'s order for now: the
+/// other order there was measured only beside other changes (H100, session 32: 8-byte WRITEs on
+/// one and 66 QPs 7% faster; docs/perf-logs/2026-12-06-session32).
 GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr, bool ci_first = false) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
