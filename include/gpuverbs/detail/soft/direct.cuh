@@ -163,10 +163,13 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // The guessed peer's fields, only when the guessed state lets WQEs reach it (a peer process
     // that died is not read: our QP is in ERROR then), as load_batch. Without a branch: our own
     // context stands in for a peer not guessed (read, not used), the regions' entries are loaded
-    // by predicated loads (mr_load_if), and their checks come after the retirement point's
-    // load, so that the round is one basic block of loads. With mr_fill's branches here, each
-    // region's checks were placed before the next loads (SASS, session 32): 7% on the loopback
-    // latency (`gv_write_lat -s 8` 2.016 -> 1.872 us, H100, with the one-fence give-back).
+    // by predicated loads (mr_load_if), and their checks are written after the retirement
+    // point's load. Measured (H100, session 32, with the one-fence give-back): the loopback
+    // latency 7% lower (`gv_write_lat -s 8` 2.016 -> 1.872 us, 64 B 2.208 -> 2.048), though
+    // gv_probe_path's round B did not shrink and the SASS still checks the local entry before the
+    // peer's loads: why it gains is not established.
+    const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
+    const PeerFields pf_any = load_peer(pg ? pg : q, xsys);
     const MrRaw l_raw = mr_load_if(c.local_mrs, lkey, true);
     const MrRaw r_raw = mr_load_if(c.remote_mrs, rkey, pg != nullptr);
     const unsigned long long retired = atom::load_acquire(&ctr->sq_retired, qsys);
