@@ -221,7 +221,7 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // The copy, sq_ci, the fence, the requester's CQE when signaled (fast_run: RC ordering as in
     // any drain; the WQE's bytes stored above precede the fence, so a poller that acquires the
     // CQE finds them).
-    fast_run(q, lc, &first, true);
+    fast_run(q, lc, &first);
     const bool ran = lc.ci != pos;
     if (!early) {
         // Queues in host memory: published after the execution, with a release store (a CPU
