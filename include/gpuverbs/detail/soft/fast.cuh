@@ -172,12 +172,11 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 /// leader cache in local memory for all of drain() (stack 976 -> 1232 bytes in gv_write_bw's
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
 /// Per WQE it issues the next published WQE's loads before it copies this one. first: the
-/// units of the WQE at lc.ci when load_batch loaded them already, else null. ci_first: sq_ci is
-/// stored before each WQE's fence rather than after its completion (the direct path, which gives
-/// the QP back right after with no fence of its own). Drains keep finish()'s order for now: the
-/// other order there was measured only beside other changes (H100, session 32: 8-byte WRITEs on
-/// one and 66 QPs 7% faster; docs/perf-logs/2026-12-06-session32).
-GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr, bool ci_first = false) {
+/// units of the WQE at lc.ci when load_batch loaded them already, else null. sq_ci is stored
+/// before each WQE's fence rather than after its completion (finish()'s order): the direct path
+/// gives the QP back right after with no fence of its own, and in drains this order measured 7%
+/// more 8-byte WRITEs on one and 66 QPs (H100, session 32, build F).
+GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
     if (lc.pending == 0 || !sends_allowed(lc.state)) return false;
@@ -281,38 +280,31 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         GV_EXEC_STAMP(kStampRemote);
         fast_copy(is_read ? lp : rp, is_read ? rp : lp, len);
         GV_EXEC_STAMP(kStampCopied);
-        // ci_first: sq_ci past this WQE before the fence, which then orders it with the bytes,
-        // before whatever the caller stores next. Only the lock holder reads sq_ci to act on it,
-        // after the lock's acquire; the one reader without the lock (needs_progress, in ERROR)
-        // treats any difference from the published count as work to drive, which the holder then
-        // finds done.
-        if (ci_first) {
-            ++ci;
-            --pending;
-            atom::store_relaxed(&q->sq_ci, ci, lc.scope != kScopeGpu);
-        }
+        // sq_ci past this WQE before the fence, which then orders it with the bytes, before
+        // whatever the caller stores next. Only the lock holder reads sq_ci to act on it, after
+        // the lock's acquire; the one reader without the lock (needs_progress, in ERROR) treats
+        // any difference from the published count as work to drive, which the holder then finds
+        // done.
+        ++ci;
+        --pending;
+        atom::store_relaxed(&q->sq_ci, ci, lc.scope != kScopeGpu);
         // RC ordering, as in drain(): this WQE's bytes before its completion and before any byte
         // of the next WQE, at the scope of whoever observes them.
         atom::fence_release(sys != 0);
         GV_EXEC_STAMP(kStampFenced);
         // finish() for a WQE that succeeded and consumed no receive (complete_requester): the
-        // requester's CQE when signaled, then sq_ci (unless stored above).
+        // requester's CQE when signaled.
         bool ok = true;
         if (cur.u[0].b & kFastSignalBit) {
             mlx5::CqeFields f{};
             f.qpn = cfg.qpn;
-            f.wqe_counter = uint16_t(ci_first ? ci - 1 : ci);
+            f.wqe_counter = uint16_t(ci - 1);
             f.wqe_opcode = is_read ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE;
             f.cqe_opcode = MLX5_CQE_REQ;
             f.byte_cnt = uint32_t(len);
             ok = cq_push(cfg.scq, f);
         }
         GV_EXEC_STAMP(kStampCqe);
-        if (!ci_first) {
-            ++ci;
-            --pending;
-            atom::store_relaxed(&q->sq_ci, ci, lc.scope != kScopeGpu);
-        }
         GV_EXEC_STAMP(kStampFinished);
         if (!ok) {  // the CQ was full: the completion is lost, the QP goes to ERROR (finish())
             lost = true;

@@ -37,6 +37,69 @@ struct MrCache {
 };
 inline constexpr uint32_t kMrUsable = 1u << 31;
 
+/// An MR entry's fields as loaded, not yet checked: mr_load_if issues the loads, mr_take checks
+/// them into a cache (mr_fill's checks). Apart, so that a caller with other loads to issue (the
+/// direct path's round B, direct.cuh) issues all of them before it waits for any.
+struct MrRaw {
+    uint64_t addr = 0, length = 0;
+    int64_t xlate = 0;
+    uint32_t key = 0, pd = 0, access = 0, sys = 0, valid = 0, shared = 0;
+    bool found = false;  ///< the key's index lies in the table
+};
+
+static_assert(offsetof(MrEntry, addr) == 0 && offsetof(MrEntry, length) == 8 && offsetof(MrEntry, xlate) == 16 &&
+                  offsetof(MrEntry, key) == 24 && offsetof(MrEntry, pd) == 28 && offsetof(MrEntry, access) == 32 &&
+                  offsetof(MrEntry, sys) == 36 && offsetof(MrEntry, valid) == 40 && offsetof(MrEntry, shared) == 44,
+              "mr_load_if reads an MrEntry as six 8-byte words");
+
+/// mr_fill's loads without a branch: when `want` and key's index lies in t, the entry's fields
+/// (found); else nothing is loaded. Three predicated 16-byte loads in one asm statement, so that
+/// a caller's round of loads stays one basic block (the direct path's round B: with mr_fill's
+/// branches there, each region's checks were placed before the next loads, SASS of session 32).
+GV_HOST_DEVICE MrRaw mr_load_if(const MrTable& t, uint32_t key, bool want) {
+    const uint32_t idx = key >> 8;
+    const bool in = want && t.entries != nullptr && idx < t.capacity;
+    const MrEntry* e = in ? t.entries + idx : t.entries;  // not read unless in
+    uint64_t w[6] = {0, 0, 0, 0, 0, 0};
+#if GV_DEVICE_CODE
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %6, 0;\n\t"
+        "@p ld.v2.u64 {%0, %1}, [%7];\n\t@p ld.v2.u64 {%2, %3}, [%7+16];\n\t@p ld.v2.u64 {%4, %5}, [%7+32];\n\t}"
+        : "+l"(w[0]), "+l"(w[1]), "+l"(w[2]), "+l"(w[3]), "+l"(w[4]), "+l"(w[5])
+        : "r"(uint32_t(in)), "l"(e)
+        : "memory");
+#else
+    if (in) std::memcpy(w, e, sizeof(w));
+#endif
+    MrRaw r;
+    r.found = in;
+    r.addr = w[0];
+    r.length = w[1];
+    r.xlate = int64_t(w[2]);
+    r.key = uint32_t(w[3]);
+    r.pd = uint32_t(w[3] >> 32);
+    r.access = uint32_t(w[4]);
+    r.sys = uint32_t(w[4] >> 32);
+    r.valid = uint32_t(w[5]);
+    r.shared = uint32_t(w[5] >> 32);
+    return r;
+}
+
+/// Fills c from r, key's entry of t as mr_load_if loaded it, with the lookup's protection domain pd
+/// and foreign rule (mr_fill's checks).
+GV_HOST_DEVICE void mr_take(const MrRaw& r, const MrTable& t, MrCache& c, uint32_t key, uint32_t pd, bool foreign) {
+    c.tab = t.entries;
+    c.key = key;
+    c.access = 0;
+    if (!r.found) return;
+    c.sys = r.sys;
+    c.addr = r.addr;
+    c.length = r.length;
+    c.xlate = r.xlate;
+    const bool usable = r.valid && r.key == key && r.pd == pd && (!foreign || r.shared);
+    c.access = usable ? ((r.access & ~kMrUsable) | kMrUsable) : 0;
+}
+
 /// Loads key's entry of table t into c, with the lookup's protection domain pd and foreign
 /// rule: every field at once, checked afterwards, so a lookup costs one load's latency
 /// (loading `valid` first and the rest after its branch cost two). A WQE's two lookups
