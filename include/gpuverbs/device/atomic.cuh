@@ -108,6 +108,34 @@ GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 #endif
 }
 
+/// fetch_add_relaxed at device scope on global memory (device memory or mapped host memory,
+/// never shared memory). The generic form of a 64-bit add makes ptxas test the address for
+/// shared memory and branch around a CAS loop; that branch ends the basic block, and what the
+/// compiler places after it waits for values the add was meant to leave in flight.
+template <typename T>
+GV_HOST_DEVICE T fetch_add_relaxed_global(T* p, T v) {
+#if GV_DEVICE_CODE
+    static_assert(sizeof(T) == 8 || sizeof(T) == 4, "a 32- or 64-bit integer");
+    if constexpr (sizeof(T) == 8) {
+        unsigned long long r;
+        asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;"
+                     : "=l"(r)
+                     : "l"(__cvta_generic_to_global(p)), "l"((unsigned long long)v)
+                     : "memory");
+        return T(r);
+    } else {
+        unsigned r;
+        asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
+                     : "=r"(r)
+                     : "l"(__cvta_generic_to_global(p)), "r"((unsigned)v)
+                     : "memory");
+        return T(r);
+    }
+#else
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
 /// fetch_add with acquire ordering only: the accesses after it wait for it, the ones before it
 /// do not (a relaxed RMW or load issued just before stays in flight beside it, where an
 /// acquire-release RMW first waits for them). `sys`: a system-scope RMW of its own, for GPU
