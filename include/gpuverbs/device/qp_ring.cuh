@@ -41,10 +41,8 @@ GV_HOST_DEVICE Status ring_reserve(unsigned long long* reserved, const unsigned 
     uint32_t spins = 0;
     if (timeout_ns == kWaitForever) {
         // Relaxed: the position is all it gives. The acquire load of *retired that finds room
-        // orders the slots' retirement (their last reads) before our stores into them. The
-        // counters are global memory (device or mapped host memory), never shared memory; a
-        // device-scope RMW, as fetch_add_relaxed's (atom::sys_rmw).
-        const unsigned long long r = atom::fetch_add_relaxed_global(reserved, (unsigned long long)n);
+        // orders the slots' retirement (their last reads) before our stores into them.
+        const unsigned long long r = atom::fetch_add_relaxed(reserved, (unsigned long long)n, sys);
         while (r + n - atom::load_acquire(retired, sys) > ring) spin_pause(spins);
         *pos = r;
         return Status::Ok;

@@ -147,7 +147,7 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // The position: relaxed, as ring_reserve's (the retirement point's acquire below orders the
     // slot's last reads before our stores). Then the lock, acquire only: the loads and the
     // fetch-add above stay in flight beside it.
-    const unsigned long long pos = atom::fetch_add_relaxed_global(&ctr->sq_reserved, 1ull);
+    const unsigned long long pos = atom::fetch_add_relaxed(&ctr->sq_reserved, 1ull, qsys);
     const bool got = atom::fetch_add_acquire(&q->lock, 1u, GV_DIRECT_LOCK_SYS != 0) == 0u;
     // gv_probe_path's stamps (nothing in any other build): each after a branch on the values it
     // waits for, so that the interval ending there holds the wait.
