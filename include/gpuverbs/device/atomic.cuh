@@ -12,6 +12,7 @@
 #include "gpuverbs/config.hpp"
 
 #include <ctime>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #include <cuda/atomic>
@@ -40,6 +41,38 @@ __device__ __forceinline__ auto sys_rmw(bool, F&& op) {
     cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
     return r;
 }
+#endif
+
+/// Whether T takes the global-space 64-bit forms below (an unsigned 64-bit integer).
+template <typename T>
+inline constexpr bool kGlobal64 = std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 8;
+
+#if defined(__CUDACC__)
+// 64-bit add and max on global memory (device memory or mapped host memory: every word these
+// helpers are used on; never shared memory), through PTX's .global state space. The generic
+// form (what cuda::atomic_ref emits) makes ptxas test each 64-bit add or max for a shared-memory
+// address and branch around a CAS loop: 202 such tests in the benchmark's bandwidth kernel; each
+// ends a basic block, and the instructions the compiler places after it wait for values that
+// were meant to stay in flight (the direct path's lock RMW waited behind the position's RMW).
+#define GV_ATOM_G64(name, sem, scope, op)                                                       \
+    __device__ __forceinline__ unsigned long long name(void* p, unsigned long long v) {        \
+        unsigned long long r;                                                                   \
+        asm volatile("atom." sem "." scope ".global." op ".u64 %0, [%1], %2;"                   \
+                     : "=l"(r)                                                                  \
+                     : "l"(__cvta_generic_to_global(p)), "l"(v)                                 \
+                     : "memory");                                                               \
+        return r;                                                                               \
+    }
+GV_ATOM_G64(g64_add_relaxed, "relaxed", "gpu", "add")
+GV_ATOM_G64(g64_add_acquire, "acquire", "gpu", "add")
+GV_ATOM_G64(g64_add_acquire_sys, "acquire", "sys", "add")
+GV_ATOM_G64(g64_add_acq_rel, "acq_rel", "gpu", "add")
+GV_ATOM_G64(g64_add_relaxed_sys, "relaxed", "sys", "add")
+GV_ATOM_G64(g64_add_acq_rel_sys, "acq_rel", "sys", "add")
+GV_ATOM_G64(g64_max_relaxed, "relaxed", "gpu", "max")
+GV_ATOM_G64(g64_max_release, "release", "gpu", "max")
+GV_ATOM_G64(g64_max_acq_rel, "acq_rel", "gpu", "max")
+#undef GV_ATOM_G64
 #endif
 
 template <typename T>
@@ -89,8 +122,13 @@ GV_HOST_DEVICE void store_relaxed(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_add(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel); });
-    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+    if constexpr (kGlobal64<T>) {
+        if (sys) return T(sys_rmw(sys, [&] { return g64_add_acq_rel(p, v); }));
+        return T(g64_add_acq_rel(p, v));
+    } else {
+        if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel); });
+        return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+    }
 #else
     (void)sys;
     return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
@@ -101,7 +139,8 @@ template <typename T>
 GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
     (void)sys;  // device-scope RMW, see sys_rmw
-    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
+    if constexpr (kGlobal64<T>) return T(g64_add_relaxed(p, v));
+    else return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
 #else
     (void)sys;
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
@@ -115,8 +154,12 @@ GV_HOST_DEVICE T fetch_add_relaxed(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_add_acquire(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
-    return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
+    if constexpr (kGlobal64<T>) {
+        return T(sys ? g64_add_acquire_sys(p, v) : g64_add_acquire(p, v));
+    } else {
+        if (sys) return sys_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
+        return gpu_ref<T>(*p).fetch_add(v, cuda::memory_order_acquire);
+    }
 #else
     (void)sys;
     return __atomic_fetch_add(p, v, __ATOMIC_ACQUIRE);
@@ -126,8 +169,13 @@ GV_HOST_DEVICE T fetch_add_acquire(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel); });
-    return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
+    if constexpr (kGlobal64<T>) {
+        if (sys) return T(sys_rmw(sys, [&] { return g64_max_acq_rel(p, v); }));
+        return T(g64_max_acq_rel(p, v));
+    } else {
+        if (sys) return sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel); });
+        return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_acq_rel);
+    }
 #else
     (void)sys;
     T cur = __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -144,8 +192,13 @@ GV_HOST_DEVICE T fetch_max(T* p, T v, bool sys = false) {
 template <typename T>
 GV_HOST_DEVICE void max_release(T* p, T v, bool sys = false) {
 #if GV_DEVICE_CODE
-    if (sys) sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_relaxed); });
-    else gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_release);
+    if constexpr (kGlobal64<T>) {
+        if (sys) sys_rmw(sys, [&] { return g64_max_relaxed(p, v); });
+        else g64_max_release(p, v);
+    } else {
+        if (sys) sys_rmw(sys, [&] { return gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_relaxed); });
+        else gpu_ref<T>(*p).fetch_max(v, cuda::memory_order_release);
+    }
 #else
     (void)sys;
     T cur = __atomic_load_n(p, __ATOMIC_RELAXED);

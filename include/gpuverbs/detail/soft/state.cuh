@@ -43,7 +43,10 @@ __device__ __forceinline__ atom::sys_ref<T> peer_ref(T* p) {
 template <typename T>
 GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
 #if GV_DEVICE_CODE
-    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, ::cuda::memory_order_acq_rel);
+    if (scope == kScopePeer) {
+        if constexpr (atom::kGlobal64<T>) return T(atom::g64_add_acq_rel_sys(p, v));
+        else return peer_ref(p).fetch_add(v, ::cuda::memory_order_acq_rel);
+    }
 #endif
     return atom::fetch_add(p, v, scope != kScopeGpu);
 }
@@ -53,7 +56,10 @@ GV_HOST_DEVICE T rmw_add(T* p, T v, uint32_t scope) {
 template <typename T>
 GV_HOST_DEVICE T rmw_add_relaxed(T* p, T v, uint32_t scope) {
 #if GV_DEVICE_CODE
-    if (scope == kScopePeer) return peer_ref(p).fetch_add(v, ::cuda::memory_order_relaxed);
+    if (scope == kScopePeer) {
+        if constexpr (atom::kGlobal64<T>) return T(atom::g64_add_relaxed_sys(p, v));
+        else return peer_ref(p).fetch_add(v, ::cuda::memory_order_relaxed);
+    }
 #endif
     return atom::fetch_add_relaxed(p, v, scope != kScopeGpu);
 }
