@@ -7,6 +7,9 @@
 //
 // `sys` selects system scope (memory that a CPU thread, another process or a NIC also
 // reads); otherwise device (GPU) scope. On the CPU the scope is irrelevant.
+//
+// On the GPU they take global memory only (device memory or mapped host memory, never shared
+// memory): the 64-bit adds and maxes are PTX `.global` atoms (atom::g64_*, below).
 #pragma once
 
 #include "gpuverbs/config.hpp"
