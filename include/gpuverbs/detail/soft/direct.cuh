@@ -146,7 +146,10 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     const QpState s_guess = load_state_relaxed(q);
     // The position: relaxed, as ring_reserve's (the retirement point's acquire below orders the
     // slot's last reads before our stores). Then the lock, acquire only: the loads and the
-    // fetch-add above stay in flight beside it.
+    // fetch-add above stay in flight beside it. The fetch-add is a `.global` atom (atom::g64_*):
+    // in its generic form ptxas branched on a shared-memory test between the two RMWs, and the
+    // lock's RMW was issued only once the position's had come back (two RMW latencies; the
+    // loopback latency 8.8% higher, H100, session 33).
     const unsigned long long pos = atom::fetch_add_relaxed(&ctr->sq_reserved, 1ull, qsys);
     const bool got = atom::fetch_add_acquire(&q->lock, 1u, GV_DIRECT_LOCK_SYS != 0) == 0u;
     // gv_probe_path's stamps (nothing in any other build): each after a branch on the values it
