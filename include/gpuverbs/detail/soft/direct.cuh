@@ -168,9 +168,10 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // context stands in for a peer not guessed (read, not used), the regions' entries are loaded
     // by predicated loads (mr_load_if), and their checks are written after the retirement
     // point's load. Measured (H100, session 32, with the one-fence give-back): the loopback
-    // latency 7% lower (`gv_write_lat -s 8` 2.016 -> 1.872 us, 64 B 2.208 -> 2.048), though
-    // gv_probe_path's round B did not shrink and the SASS still checks the local entry before the
-    // peer's loads: why it gains is not established.
+    // latency 7% lower (`gv_write_lat -s 8` 2.016 -> 1.872 us, 64 B 2.208 -> 2.048). In the
+    // latency kernel's SASS every load of this round is issued before any of its values is waited
+    // for (session 33); gv_probe_path's kernel, with its stamps, still checks the local entry
+    // before the peer's loads, which is why its round B did not shrink.
     const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
     const PeerFields pf_any = load_peer(pg ? pg : q, xsys);
     const MrRaw l_raw = mr_load_if(c.local_mrs, lkey, true);
