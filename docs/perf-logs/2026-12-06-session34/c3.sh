@@ -1,7 +1,7 @@
 #!/bin/bash
 # session 34 call 3: M = main (s37ms), G4 = direct-plan (9622766), G5 = direct-plan-g2 (294b43a: G2 +
 # the direct path's own checks, FastFirst), G6 = direct-plan-nosys (66128b6: G4 without fast_run's
-# scope change; the working tree of this call). Probes, compare.sh (5 interleaved runs); then the
+# scope change; the working tree of this call). Probes, compare.sh (3 interleaved runs); then the
 # README's test command on the tree of the candidate that wins latency without losing rate (G4 and
 # G5 by applying their patches to this tree), if one does.
 set -u
@@ -11,7 +11,7 @@ for v in s34g5 s34g6; do
   echo "== $v gv_probe_path --commit" >> $OUT/probe.txt
   timeout 60 .devcarry/$v/gv_probe_path --commit >> $OUT/probe.txt 2>&1
 done
-bash bench/compare.sh --out $OUT/cmp --reps 5 --cases .devcarry/cases2.txt M=.devcarry/s37ms G4=.devcarry/s34g4 G5=.devcarry/s34g5 G6=.devcarry/s34g6 > $OUT/cmp.txt 2>&1
+bash bench/compare.sh --out $OUT/cmp --reps 3 --cases .devcarry/cases2.txt M=.devcarry/s37ms G4=.devcarry/s34g4 G5=.devcarry/s34g5 G6=.devcarry/s34g6 > $OUT/cmp.txt 2>&1
 rc=$?
 echo "compare exit $rc at ${SECONDS} s" >> $S
 tail -10 $OUT/cmp.txt | cut -c1-150 >> $S
