@@ -95,6 +95,9 @@ public:
         h.rcq = rcq_->handle();
         h.backend = Backend::Soft;
         h.soft.ctx = s_.at<soft::QpContext>(0);
+        const soft::MrTable mrs = dev_->mr_table();
+        h.soft.mrs = mrs.entries;
+        h.soft.mr_cap = mrs.capacity;
         if (dev_->on_gpu()) {
             // Launched on this QP's GPU, whatever the calling thread's current device.
             h.soft.host_doorbell = cuda::soft_doorbell_at_fn();

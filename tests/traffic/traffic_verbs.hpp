@@ -64,6 +64,7 @@ inline Instance verbs_instance() {
         d["UnsignaledBadWqeStillCompletes"] = lkey;
         d["LkeyOfAnotherPd"] = lkey;
         d["CommitFlagBadLkeyFailsAsACommitDoes"] = lkey;
+        d["CommitFlagSmallWriteFromAnotherPdFails"] = lkey;
         d["ReceiveWithBadLkey"] = "rxe completes a receive with a bad key with LOC_QP_OP_ERR (mlx5: LOCAL_PROT_ERR)";
         d["AtomicResultIntoRegionWithoutLocalWrite"] =
             "rxe performs the atomic on the responder before it finds the result's region lacks local write "

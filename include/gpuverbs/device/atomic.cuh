@@ -288,8 +288,16 @@ GV_HOST_DEVICE void fence_release(bool sys = false) {
 
 GV_HOST_DEVICE void fence_acquire(bool sys = false) {
 #if GV_DEVICE_CODE
+#if GV_ONE_WAY_FENCES
+    // `fence.acquire`: CCTL.IVALL once this thread's earlier loads and RMWs have come back, in
+    // SASS (sm_90). libcu++'s acquire fence is the two-way `fence.acq_rel`: MEMBAR.ALL.GPU, ERRBAR,
+    // CGAERRBAR, CCTL.IVALL, which also waits for this thread's earlier stores.
+    if (sys) asm volatile("fence.acquire.sys;" ::: "memory");
+    else asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
     if (sys) cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
     else cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+#endif
 #else
     (void)sys;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);

@@ -39,6 +39,7 @@ struct Sge {
 
 namespace detail::soft {
 struct QpContext;
+struct MrEntry;
 }  // namespace detail::soft
 
 namespace dev {
@@ -127,6 +128,11 @@ struct SoftQpPart {
     /// Null on a CPU device, whose executor CPU threads run themselves.
     void (*host_doorbell)(void* arg, HostDoorbell what);
     void* host_arg;
+    /// The device's memory-region table (the QP's local_mrs: entries and capacity, fixed for
+    /// the device's life), so that the direct path (detail/soft/direct.cuh) loads the local
+    /// region's entry beside the lock's RMW, before the QP's context has been read.
+    const detail::soft::MrEntry* mrs;
+    uint32_t mr_cap;
 };
 
 struct Mlx5Flush;

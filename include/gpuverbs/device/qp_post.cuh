@@ -85,7 +85,7 @@ GV_HOST_DEVICE Status post_sge(const QpHandle& qp, uint8_t opcode, const Sge* sg
             // Built for position 0: post_direct sets the index once it has its position.
             const WqeBb b = sge1_wqebb(qp, 0, opcode, flags, 0, raddr, rkey, sg[0]);
             return detail::soft::post_direct(qp.soft.ctx, qp.q.ctr, qp.q.sq, qp.q.sq_log_bb, qp.q.sys != 0, b.u[0],
-                                             b.u[1], b.u[2], b.u[3], sg[0].lkey, rkey);
+                                             b.u[1], b.u[2], b.u[3], sg[0].lkey, rkey, qp.soft.mrs, qp.soft.mr_cap);
         }
     }
     const bool valid = n <= qp.q.max_send_sge;

@@ -9,10 +9,10 @@
 // 15: 0.85 + 0.58 + 0.58 + 1.03 + 0.42 us before the bytes land). A poster that knows it is
 // about to commit needs none of that in series: the WQE is in its registers, its keys are its
 // arguments, and the lock can be taken beside the reservation. So, in three rounds:
-//   A. the QP's configuration (the host wrote it before the QP could send; it does not change
-//      while the QP sends) and guesses (the peer, the state), relaxed loads, then the position
-//      (a relaxed fetch-add) and the lock (an acquire-only RMW, which does not wait for the
-//      loads and the fetch-add issued before it): all in flight together;
+//   A. the position (a relaxed fetch-add) and the lock (a relaxed RMW), then the QP's
+//      configuration (the host wrote it before the QP could send; it does not change while the
+//      QP sends), guesses (the peer, the state) and the local region's entry, relaxed loads, all
+//      in flight together, then an acquire fence that waits for all of them;
 //   B. after the lock's acquire, what the last holder left: sq_ci, the state, the peer and its
 //      fields, the two regions' entries, and the retirement point (acquire, last: its slot's
 //      old WQE was read by its pollers before we overwrite it);
@@ -61,6 +61,16 @@ namespace gv::detail::soft {
 #else
 #define GV_DIRECT_FN GV_HOST_DEVICE_NOINLINE
 #endif
+
+/// The direct path's lock RMW (+1), relaxed, at the scope GV_DIRECT_LOCK_SYS names.
+GV_HOST_DEVICE uint32_t lock_add_relaxed(uint32_t* lock) {
+#if GV_DEVICE_CODE
+    if (GV_DIRECT_LOCK_SYS) return atom::sys_ref<uint32_t>(*lock).fetch_add(1u, ::cuda::memory_order_relaxed);
+    return atom::gpu_ref<uint32_t>(*lock).fetch_add(1u, ::cuda::memory_order_relaxed);
+#else
+    return __atomic_fetch_add(lock, 1u, __ATOMIC_RELAXED);
+#endif
+}
 
 /// The WQE's first three units as fast_run reads them from the ring.
 GV_HOST_DEVICE FastWqe fast_units(const mlx5::Unit* u) {
@@ -132,11 +142,24 @@ GV_HOST_DEVICE_NOINLINE Status direct_drain(DirectSlow d, bool ran) {
 /// Waits for room without a timeout (the callers pass kWaitForever only).
 GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq, uint32_t sq_log_bb,
                                            bool qsys, mlx5::Unit u0, mlx5::Unit u1, mlx5::Unit u2, mlx5::Unit u3,
-                                           uint32_t lkey, uint32_t rkey) {
+                                           uint32_t lkey, uint32_t rkey, const MrEntry* mrs = nullptr,
+                                           uint32_t mr_cap = 0) {
     const unsigned long long ring = 1ull << sq_log_bb;
     GV_EXEC_STAMP(kStampEnter);
 
-    // Round A: the configuration and the guesses (relaxed; nothing orders them, nothing needs to).
+    // Round A. First the position and the lock, both relaxed RMWs, issued before anything else
+    // so that no instruction the compiler places after a load of this round can hold them back:
+    // the position as ring_reserve's (the retirement point's acquire below orders the slot's last
+    // reads before our stores), a `.global` atom (atom::g64_*: in its generic form ptxas branched
+    // on a shared-memory test between the two RMWs, and the lock's RMW was issued only once the
+    // position's had come back, H100, session 33). Then the configuration and the guesses
+    // (relaxed; nothing orders them, nothing needs to) and the local region's entry, from the
+    // device's table as the handle names it (fixed for the device's life: no load of the context
+    // first). Then an acquire fence: with the lock's relaxed RMW, an acquire pattern; it waits
+    // for every load and RMW of the round, which are in flight together.
+    const unsigned long long pos = atom::fetch_add_relaxed(&ctr->sq_reserved, 1ull, qsys);
+    const uint32_t lock_old = lock_add_relaxed(&q->lock);
+    const MrRaw l_pre = mr_load_if(MrTable{const_cast<MrEntry*>(mrs), mr_cap, 0u}, lkey, mrs != nullptr);
     LeaderCache lc;
     QpConfig& c = lc.cfg;
     load_config(q, c);
@@ -144,14 +167,8 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     const Published pub = Published::of(q);
     QpContext* const r_guess = q->remote;
     const QpState s_guess = load_state_relaxed(q);
-    // The position: relaxed, as ring_reserve's (the retirement point's acquire below orders the
-    // slot's last reads before our stores). Then the lock, acquire only: the loads and the
-    // fetch-add above stay in flight beside it. The fetch-add is a `.global` atom (atom::g64_*):
-    // in its generic form ptxas branched on a shared-memory test between the two RMWs, and the
-    // lock's RMW was issued only once the position's had come back (two RMW latencies; the
-    // loopback latency 8.8% higher, H100, session 33).
-    const unsigned long long pos = atom::fetch_add_relaxed(&ctr->sq_reserved, 1ull, qsys);
-    const bool got = atom::fetch_add_acquire(&q->lock, 1u, GV_DIRECT_LOCK_SYS != 0) == 0u;
+    atom::fence_acquire(GV_DIRECT_LOCK_SYS != 0);
+    const bool got = lock_old == 0u;
     // gv_probe_path's stamps (nothing in any other build): each after a branch on the values it
     // waits for, so that the interval ending there holds the wait.
     if (got) GV_EXEC_STAMP(kStampLocked);
@@ -174,11 +191,37 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // before the peer's loads, which is why its round B did not shrink.
     const QpContext* const pg = sends_allowed(s_guess) ? r_guess : nullptr;
     const PeerFields pf_any = load_peer(pg ? pg : q, xsys);
-    const MrRaw l_raw = mr_load_if(c.local_mrs, lkey, true);
+    // The local entry loaded in round A when the handle named the QP's own table (a handle of
+    // this library always does), else here.
+    const bool l_same = mrs != nullptr && mrs == c.local_mrs.entries;
+    const MrRaw l_late = mr_load_if(c.local_mrs, lkey, !l_same);
     const MrRaw r_raw = mr_load_if(c.remote_mrs, rkey, pg != nullptr);
+    // The source of a WRITE of at most kFastChunk bytes (8-byte aligned) that the local region
+    // allows, loaded now rather than once the WQE is known to execute here: fast_run then only
+    // stores these words (one memory latency less before the bytes land). After the lock's
+    // acquire, as the copy's own load would be: an earlier WQE's READ into this source, executed
+    // by an earlier holder, has landed. Checked on round A's entry only (so that nothing here
+    // waits for round B's loads); nothing is loaded from an address the region does not cover.
+    Preloaded pre;
+    {
+        // mr_take's and mr_check's tests on round A's entry, without a branch (a branch here
+        // split the round: ptxas moved these tests above the acquire fence, and the loads it
+        // placed after the branch were issued a memory latency late).
+        const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&u2));
+        const uint64_t len = d.byte_count;
+        const bool shape = l_same & ((mlx5::from_be32(u0.w[0]) & 0xffu) == MLX5_OPCODE_RDMA_WRITE) &
+                           ((len & MLX5_INLINE_SEG) == 0) & (len != 0) & (len <= kFastChunk) & (((d.addr | len) & 7) == 0);
+        const bool region = l_pre.found & (l_pre.valid != 0) & (l_pre.key == lkey) & (l_pre.pd == c.pd) &
+                            (d.addr >= l_pre.addr) & (len <= l_pre.length) & (d.addr - l_pre.addr <= l_pre.length - len);
+        const uint64_t lp = uint64_t(int64_t(d.addr) + l_pre.xlate);
+        const bool ok = shape & region & (lp != 0) & ((lp & 7) == 0);
+        pre.lp = ok ? lp : 0;
+        pre.n = ok ? uint32_t(len / 8) : 0;
+        load_words_if(pre.v, pre.lp, pre.n);
+    }
     const unsigned long long retired = atom::load_acquire(&ctr->sq_retired, qsys);
     const PeerFields pf = pg ? pf_any : PeerFields{};
-    mr_take(l_raw, c.local_mrs, lc.local, lkey, c.pd, false);
+    mr_take(mr_select(l_same, l_pre, l_late), c.local_mrs, lc.local, lkey, c.pd, false);
     if (pg) mr_take(r_raw, c.remote_mrs, lc.remote, rkey, pf.pd, remote_foreign(c));
 
     const uint32_t sc = xsys ? kScopePeer : kScopeGpu;
@@ -188,6 +231,35 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     if (lc.peer_up) {
         c.peer_access = pf.access;
         c.peer_pd = pf.pd;
+    }
+    // fast_run's checks of this WQE, made here from its fields and the regions' entries at hand,
+    // without a branch: fast_run then goes from its first instruction to the copy (the decoding
+    // and the branching checks of a drain's first WQE, gv_probe_path's "decode", "regions" and
+    // "checks, bounds", stood between round B and the copy). The WQE index is the position's
+    // (set below); everything else fast_run would test is tested.
+    FastFirst plan;
+    {
+        const uint32_t w0 = mlx5::from_be32(u0.w[0]), w1 = mlx5::from_be32(u0.w[1]);
+        const uint32_t op = w0 & 0xffu;
+        const bool is_read = op == MLX5_OPCODE_RDMA_READ;
+        const mlx5::RaddrFields ra = mlx5::read_raddr_seg(reinterpret_cast<const mlx5_wqe_raddr_seg*>(&u1));
+        const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&u2));
+        const uint64_t len = d.byte_count;
+        const uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
+        const uint64_t lp = mr_check(lc.local, d.addr, len, is_read ? kLocalWrite : 0u, nullptr);
+        const uint64_t rp = mr_check(lc.remote, ra.raddr, len, need, nullptr);
+        // The scope fast_run's checks collect: the written region's (through a pointer here,
+        // the variable went to local memory).
+        const uint32_t sys = sc | (is_read ? lc.local.sys : lc.remote.sys);
+        plan.ok = (is_read | (op == MLX5_OPCODE_RDMA_WRITE)) & ((w1 & 0x3fu) == 3) & ((w1 >> 8) == c.qpn) &
+                  ((len & MLX5_INLINE_SEG) == 0) & (len != 0) & (len <= kFastBytes) & lc.peer_up &
+                  ((c.peer_access & need) != 0) & (lp != 0) & (rp != 0) &
+                  ((len <= kFastChunk) | !fast_overlap(lp, rp, len));
+        plan.is_read = is_read;
+        plan.sys = sys;
+        plan.len = len;
+        plan.lp = lp;
+        plan.rp = rp;
     }
     // The ctrl segment's WQE index (bits 8..23 of its first big-endian word) is the position's.
     u0.w[0] = mlx5::to_be32((mlx5::from_be32(u0.w[0]) & 0xff0000ffu) | (uint32_t(uint16_t(pos)) << 8));
@@ -225,7 +297,7 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // The copy, sq_ci, the fence, the requester's CQE when signaled (fast_run: RC ordering as in
     // any drain; the WQE's bytes stored above precede the fence, so a poller that acquires the
     // CQE finds them).
-    fast_run(q, lc, &first);
+    fast_run(q, lc, &first, pre, plan);
     const bool ran = lc.ci != pos;
     if (!early) {
         // Queues in host memory: published after the execution, with a release store (a CPU

@@ -144,6 +144,58 @@ GV_HOST_DEVICE void fast_copy(uint64_t dst, uint64_t src, uint64_t len) {
 #endif
 }
 
+/// A WRITE's source words loaded before its WQE executes (the direct path, direct.cuh: in the
+/// round of loads after the lock's acquire rather than after that round), for fast_run to store
+/// instead of loading them. n: 8-byte words (0: none), from executor pointer lp.
+struct Preloaded {
+    uint64_t lp = 0;
+    uint32_t n = 0;
+    uint64_t v[kFastChunk / 8] = {};
+};
+
+/// The first WQE's checks as the direct path made them (direct.cuh: from the WQE's fields in its
+/// registers and the regions' entries of its round B, without a branch), for fast_run to take
+/// instead of decoding the WQE and checking it again: the same checks as fast_run's own for a
+/// WRITE or READ with one data segment (opcode, size, QP, length, the peer's state and access,
+/// both regions' keys, access and bounds, overlap), the WQE index being the poster's own.
+/// ok false: none made, fast_run checks the WQE itself.
+struct FastFirst {
+    bool ok = false;
+    bool is_read = false;
+    uint32_t sys = 0;  ///< the scopes the copy touches (fast_run's sys)
+    uint64_t len = 0, lp = 0, rp = 0;
+};
+
+/// Stores a Preloaded's n words at dst (8-byte aligned), as fast_copy_round's second half.
+GV_HOST_DEVICE void store_preloaded(uint64_t dst, const Preloaded& pre) {
+#if GV_DEVICE_CODE
+    auto* d = reinterpret_cast<uint64_t*>(dst);
+#pragma unroll
+    for (uint32_t i = 0; i < kFastChunk / 8; ++i)
+        if (i < pre.n) d[i] = pre.v[i];
+#else
+    std::memcpy(reinterpret_cast<void*>(dst), pre.v, size_t(pre.n) * 8);
+#endif
+}
+
+/// Loads n (0 .. 4) 8-byte words from src into v[0..n) without a branch (predicated loads in one
+/// asm statement, so that the direct path's round B stays one basic block, see mr_load_if); n 0
+/// loads nothing.
+GV_HOST_DEVICE void load_words_if(uint64_t* v, uint64_t src, uint32_t n) {
+    static_assert(kFastChunk / 8 == 4, "load_words_if loads up to four words");
+#if GV_DEVICE_CODE
+    asm volatile(
+        "{\n\t.reg .pred p0, p1, p2, p3;\n\t"
+        "setp.gt.u32 p0, %4, 0;\n\tsetp.gt.u32 p1, %4, 1;\n\tsetp.gt.u32 p2, %4, 2;\n\tsetp.gt.u32 p3, %4, 3;\n\t"
+        "@p0 ld.u64 %0, [%5];\n\t@p1 ld.u64 %1, [%5+8];\n\t@p2 ld.u64 %2, [%5+16];\n\t@p3 ld.u64 %3, [%5+24];\n\t}"
+        : "+l"(v[0]), "+l"(v[1]), "+l"(v[2]), "+l"(v[3])
+        : "r"(n), "l"(src)
+        : "memory");
+#else
+    if (n) std::memcpy(v, reinterpret_cast<const void*>(src), size_t(n) * 8);
+#endif
+}
+
 /// mr_check's bounds and translation alone, for a WQE whose region entry, access and length
 /// were checked on the WQE before it (same key, same need): the executor pointer of
 /// [addr, addr + len), or 0 when it leaves the region.
@@ -172,11 +224,15 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 /// leader cache in local memory for all of drain() (stack 976 -> 1232 bytes in gv_write_bw's
 /// kernel, 4 KiB WRITEs 8% slower, a lone WRITE's two region loads one after the other).
 /// Per WQE it issues the next published WQE's loads before it copies this one. first: the
-/// units of the WQE at lc.ci when load_batch loaded them already, else null. sq_ci is stored
+/// units of the WQE at lc.ci when load_batch loaded them already, else null; pre: that WQE's
+/// source words when the caller loaded them already (the direct path; by value, so that they stay
+/// in registers: through a pointer they went to local memory, and storing them there waited for
+/// the loads in the middle of the direct path's round B), else none. sq_ci is stored
 /// before each WQE's fence rather than after its completion (finish()'s order): the direct path
 /// gives the QP back right after with no fence of its own, and in drains this order measured 7%
 /// more 8-byte WRITEs on one and 66 QPs (H100, session 32, build F).
-GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr) {
+GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr,
+                             Preloaded pre = {}, FastFirst plan = {}) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
     if (lc.pending == 0 || !sends_allowed(lc.state)) return false;
@@ -205,7 +261,15 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         uint32_t sys;
         bool is_read;
         bool lean = false;
-        if (shaped) {
+        if (plan.ok) {  // the first WQE, checked by the direct path
+            lean = true;
+            len = plan.len;
+            lp = plan.lp;
+            rp = plan.rp;
+            sys = plan.sys;
+            is_read = plan.is_read;
+            plan.ok = false;
+        } else if (shaped) {
             const uint64_t idx = ((ci >> 8) & 0xffu) << 8 | (ci & 0xffu) << 16;
             if (cur.u[0].a == (sh_u0a | idx) && ((cur.u[0].b ^ sh_u0b) & ~kFastSignalBit) == 0 &&
                 uint32_t(cur.u[1].b) == sh_rkey && cur.u[2].a == sh_u2a) {
@@ -278,7 +342,13 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         FastWqe next = cur;
         if (more) next = ring.load(ci + 1);
         GV_EXEC_STAMP(kStampRemote);
-        fast_copy(is_read ? lp : rp, is_read ? rp : lp, len);
+        // The first WQE's source, when the caller loaded it already (the same words: the same
+        // executor pointer and length, after the same checks).
+        if (pre.n && !is_read && lp == pre.lp && len == uint64_t(pre.n) * 8 && (rp & 7) == 0)
+            store_preloaded(rp, pre);
+        else
+            fast_copy(is_read ? lp : rp, is_read ? rp : lp, len);
+        pre.n = 0;
         GV_EXEC_STAMP(kStampCopied);
         // sq_ci past this WQE before the fence, which then orders it with the bytes, before
         // whatever the caller stores next. Only the lock holder reads sq_ci to act on it, after

@@ -85,6 +85,23 @@ GV_HOST_DEVICE MrRaw mr_load_if(const MrTable& t, uint32_t key, bool want) {
     return r;
 }
 
+/// a when c, else b, field by field (a conditional on the two objects made the compiler keep both
+/// in local memory, and store the first before the lock's RMW: SASS of the direct path).
+GV_HOST_DEVICE MrRaw mr_select(bool c, const MrRaw& a, const MrRaw& b) {
+    MrRaw r;
+    r.addr = c ? a.addr : b.addr;
+    r.length = c ? a.length : b.length;
+    r.xlate = c ? a.xlate : b.xlate;
+    r.key = c ? a.key : b.key;
+    r.pd = c ? a.pd : b.pd;
+    r.access = c ? a.access : b.access;
+    r.sys = c ? a.sys : b.sys;
+    r.valid = c ? a.valid : b.valid;
+    r.shared = c ? a.shared : b.shared;
+    r.found = c ? a.found : b.found;
+    return r;
+}
+
 /// Fills c from r, key's entry of t as mr_load_if loaded it, with the lookup's protection domain pd
 /// and foreign rule (mr_fill's checks).
 GV_HOST_DEVICE void mr_take(const MrRaw& r, const MrTable& t, MrCache& c, uint32_t key, uint32_t pd, bool foreign) {
