@@ -14,11 +14,14 @@
 //      QP sends), guesses (the peer, the state) and the local region's entry, relaxed loads, all
 //      in flight together, then an acquire fence that waits for all of them;
 //   B. after the lock's acquire, what the last holder left: sq_ci, the state, the peer and its
-//      fields, the two regions' entries, and the retirement point (acquire, last: its slot's
-//      old WQE was read by its pollers before we overwrite it);
-//   C. the WQE stored to the ring and published, then the copy and one release fence (fast_run's,
-//      with the regions already in its caches), and the lock given back by a CAS that the fence
-//      makes a release.
+//      fields, the remote region's entry (and the local one, when round A could not load it),
+//      the source words of a WRITE of at most 32 bytes that round A's entry lets it read, and
+//      the retirement point (acquire, last: its slot's old WQE was read by its pollers before we
+//      overwrite it);
+//   C. fast_run's checks of the WQE made here without a branch (FastFirst), the WQE stored to
+//      the ring and published, then the copy (for a small WRITE, only the stores of the words
+//      round B loaded) and one release fence (fast_run's), and the lock given back by a CAS that
+//      the fence makes a release.
 // The WQE executes here only when nothing can come before it: the lock was free, sq_ci is our
 // position (every earlier WQE was executed, so every earlier reservation published: sq_ready is
 // our position too), the ring has room, and fast_run accepts it (the checks prepare() would
