@@ -205,14 +205,16 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // acquire, as the copy's own load would be: an earlier WQE's READ into this source, executed
     // by an earlier holder, has landed. Checked on round A's entry only (so that nothing here
     // waits for round B's loads); nothing is loaded from an address the region does not cover.
+    // The WQE's opcode and data segment, from its registers (the preload and FastFirst read them).
+    const uint32_t op = mlx5::from_be32(u0.w[0]) & 0xffu;
+    const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&u2));
+    const uint64_t len = d.byte_count;
     Preloaded pre;
     {
         // mr_take's and mr_check's tests on round A's entry, without a branch (a branch here
         // split the round: ptxas moved these tests above the acquire fence, and the loads it
         // placed after the branch were issued a memory latency late).
-        const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&u2));
-        const uint64_t len = d.byte_count;
-        const bool shape = l_same & ((mlx5::from_be32(u0.w[0]) & 0xffu) == MLX5_OPCODE_RDMA_WRITE) &
+        const bool shape = l_same & (op == MLX5_OPCODE_RDMA_WRITE) &
                            ((len & MLX5_INLINE_SEG) == 0) & (len != 0) & (len <= kFastChunk) & (((d.addr | len) & 7) == 0);
         const bool region = l_pre.found & (l_pre.valid != 0) & (l_pre.key == lkey) & (l_pre.pd == c.pd) &
                             (d.addr >= l_pre.addr) & (len <= l_pre.length) & (d.addr - l_pre.addr <= l_pre.length - len);
@@ -242,12 +244,9 @@ GV_DIRECT_FN Status post_direct(QpContext* q, dev::QpCounters* ctr, uint8_t* sq,
     // (set below); everything else fast_run would test is tested.
     FastFirst plan;
     {
-        const uint32_t w0 = mlx5::from_be32(u0.w[0]), w1 = mlx5::from_be32(u0.w[1]);
-        const uint32_t op = w0 & 0xffu;
+        const uint32_t w1 = mlx5::from_be32(u0.w[1]);
         const bool is_read = op == MLX5_OPCODE_RDMA_READ;
         const mlx5::RaddrFields ra = mlx5::read_raddr_seg(reinterpret_cast<const mlx5_wqe_raddr_seg*>(&u1));
-        const mlx5::DataFields d = mlx5::read_data_seg(reinterpret_cast<const mlx5_wqe_data_seg*>(&u2));
-        const uint64_t len = d.byte_count;
         const uint32_t need = is_read ? kRemoteRead : kRemoteWrite;
         const uint64_t lp = mr_check(lc.local, d.addr, len, is_read ? kLocalWrite : 0u, nullptr);
         const uint64_t rp = mr_check(lc.remote, ra.raddr, len, need, nullptr);
