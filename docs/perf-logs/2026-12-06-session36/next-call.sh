@@ -1,14 +1,14 @@
 #!/bin/bash
-# Session 36's one call (device starts failed six times; measurement only, no README test):
+# Written in session 36 for the next call (measurement only, no README test, about 300 s):
 # M (main 2a42901's tools) against V (branch handle-by-value: commit_outlined takes the handle
 # by value, lat_kernel's jobs __grid_constant__) and VT (V + direct-trim), 3 interleaved runs of
-# 4 cases; two-process latency of M and V; probes; then the suite on V's tools while time is left.
+# 4 cases (F: fastrun-sys, on V, too); two-process latency of M and V; probes; then the suite on V's tools.
 set -u
 S=$OUT/summary.txt
-for f in s35m s36v s36vt; do tar xJf .devcarry/$f.tar.xz -C .devcarry || echo "untar $f failed" >> $S; done
+for f in s35m s36v s36vt s36f; do tar xJf .devcarry/$f.tar.xz -C .devcarry || echo "untar $f failed" >> $S; done
 echo "start $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name --format=csv,noheader)" >> $S
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-timeout 80 bash bench/compare.sh --out $OUT/cmp --reps 3 --cases .devcarry/cases4.txt M=.devcarry/s35m V=.devcarry/s36v VT=.devcarry/s36vt > $OUT/cmp.txt 2>&1
+timeout 80 bash bench/compare.sh --out $OUT/cmp --reps 3 --cases .devcarry/cases4.txt M=.devcarry/s35m V=.devcarry/s36v VT=.devcarry/s36vt F=.devcarry/s36f > $OUT/cmp.txt 2>&1
 echo "compare exit $? at ${SECONDS} s" >> $S
 tail -6 $OUT/cmp.txt | cut -c1-170 >> $S
 cp $OUT/cmp.txt $OUT/cmp/*.jsonl $OUT/ 2>/dev/null
