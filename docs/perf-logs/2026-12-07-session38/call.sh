@@ -1,0 +1,42 @@
+#!/bin/bash
+# Session 38's device call: the leader's warp executing runs of same-shape WQEs (W: branch
+# warp-run2, warp-run2.patch here) against main (M), both built on the development machine (CMake
+# Release, sm_90) and carried as .devcarry/m.tar.xz (gv_write_bw, gv_probe_costs, gv_probe_path)
+# and .devcarry/w.tar.xz (gv_write_bw, gv_read_bw, gv_gpu_tests). Usage: bash call.sh MODE
+#   measure  gv_probe_costs' drain rows (M's), W's new GPU tests, bench/compare.sh of M and W
+#            (two interleaved runs), W's other gv_gpu_tests (about 250 s)
+#   full     measure, then the README's test command on the tree (W checked out), the sanitizer
+#            tree left to CI (about 500 s)
+#   ncu      Nsight Compute's per-instruction stall samples of M's bandwidth kernel, one QP x 64
+#            threads (ncu --clock-control none; the CSV of the source page)
+set -u
+MODE=${1:?usage: call.sh measure|full|ncu}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+for f in m w; do mkdir -p .devcarry/$f && tar xJf .devcarry/$f.tar.xz -C .devcarry/$f; done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv | tee $OUT/gpu.txt
+if [ "$MODE" = ncu ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"
+  timeout 300 $NCU --clock-control none --set full --import-source no -k regex:bw_kernel -c 1 -f -o $OUT/bw1q \
+    .devcarry/m/gv_write_bw -s 8 -q 1 -t 64 -n 2048 > $OUT/ncu-run.txt 2>&1; echo "ncu rc $?"
+  $NCU -i $OUT/bw1q.ncu-rep --page source --csv --print-source sass > $OUT/bw1q-sass.csv 2>&1
+  exit 0
+fi
+timeout 60 .devcarry/m/gv_probe_costs 2>&1 | tee $OUT/probe-costs.txt
+timeout 120 .devcarry/w/gv_gpu_tests --gtest_filter='GpuWarpRun.*' 2>&1 | tail -25 | tee $OUT/w-tests-new.txt
+cat > /tmp/cases.txt <<'C'
+gv_write_bw --lat -s 8 -n 10000
+gv_write_bw -s 8 -q 1 -t 64 -n 4096 --reps 3
+gv_write_bw -s 32 -q 1 -t 256 -n 4096 --reps 3
+gv_write_bw -s 8 -q 66 -t 64 -n 4096 --reps 3
+gv_write_bw -s 8 -q 264 -t 64 -n 4096 --reps 3
+gv_write_bw -s 4096 -q 264 -t 512 -n 64 --reps 3
+C
+timeout 200 bash bench/compare.sh --out $OUT/cmp --reps 2 --cases /tmp/cases.txt M=.devcarry/m W=.devcarry/w 2>&1 | tail -14 | tee $OUT/cmp.txt
+if [ "$MODE" = full ]; then
+  rm -rf .devcarry/m .devcarry/w
+  GV_SKIP_SANITIZERS=1 timeout 420 scripts/run_tests.sh > $OUT/run_tests.log 2>&1; echo "run_tests rc $?"
+  grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*" $OUT/run_tests.log | tail -30
+else
+  timeout 150 .devcarry/w/gv_gpu_tests --gtest_filter='-GpuWarpRun.*' 2>&1 | tail -8 | tee $OUT/w-tests-rest.txt
+fi
