@@ -7,10 +7,11 @@
 #            (two interleaved runs), W's other gv_gpu_tests (about 250 s)
 #   full     measure, then the README's test command on the tree (W checked out), the sanitizer
 #            tree left to CI (about 500 s)
+#   quick    measure with three cases (latency, one QP, 66 QPs) and no other tests (about 100 s)
 #   ncu      Nsight Compute's per-instruction stall samples of M's bandwidth kernel, one QP x 64
 #            threads (ncu --clock-control none; the CSV of the source page)
 set -u
-MODE=${1:?usage: call.sh measure|full|ncu}
+MODE=${1:?usage: call.sh measure|full|quick|ncu}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for f in m w; do mkdir -p .devcarry/$f && tar xJf .devcarry/$f.tar.xz -C .devcarry/$f; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv | tee $OUT/gpu.txt
@@ -32,11 +33,12 @@ gv_write_bw -s 8 -q 66 -t 64 -n 4096 --reps 3
 gv_write_bw -s 8 -q 264 -t 64 -n 4096 --reps 3
 gv_write_bw -s 4096 -q 264 -t 512 -n 64 --reps 3
 C
+[ "$MODE" = quick ] && sed -i '/-s 32 -q 1\|-q 264/d' /tmp/cases.txt
 timeout 200 bash bench/compare.sh --out $OUT/cmp --reps 2 --cases /tmp/cases.txt M=.devcarry/m W=.devcarry/w 2>&1 | tail -14 | tee $OUT/cmp.txt
 if [ "$MODE" = full ]; then
   rm -rf .devcarry/m .devcarry/w
   GV_SKIP_SANITIZERS=1 timeout 420 scripts/run_tests.sh > $OUT/run_tests.log 2>&1; echo "run_tests rc $?"
   grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*" $OUT/run_tests.log | tail -30
-else
+elif [ "$MODE" = measure ]; then
   timeout 150 .devcarry/w/gv_gpu_tests --gtest_filter='-GpuWarpRun.*' 2>&1 | tail -8 | tee $OUT/w-tests-rest.txt
 fi
