@@ -13,7 +13,7 @@
 set -u
 MODE=${1:?usage: call.sh measure|full|quick|ncu}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-for f in m w; do mkdir -p .devcarry/$f && tar xJf .devcarry/$f.tar.xz -C .devcarry/$f; done
+for f in m w; do [ -f .devcarry/$f.tar.xz ] && mkdir -p .devcarry/$f && tar xJf .devcarry/$f.tar.xz -C .devcarry/$f; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv | tee $OUT/gpu.txt
 if [ "$MODE" = ncu ]; then
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
