@@ -3,7 +3,8 @@
 # docs/perf-logs/2026-12-07-session38/warp-run2.patch applied, in build-wsrc/) on the GPU machine
 # itself (16 cores; the development machine needs 25-40 minutes for the same), puts their tools in
 # .devcarry/m and .devcarry/w, then runs session 38's call.sh MODE (measure, quick, full, ncu).
-# Build trees stay in build-m/ and build-wsrc/b/ (ignored paths: a warm machine keeps them).
+# Where .devcarry/m.tar.xz and .devcarry/w.tar.xz are carried (built on the development machine),
+# it builds nothing. Build trees stay in build-m/ and build-wsrc/b/ (ignored paths: a warm machine keeps them).
 #   bash call.sh MODE [build-only]
 set -u
 MODE=${1:?usage: call.sh measure|quick|full|ncu [build-only]}
@@ -11,6 +12,9 @@ ROOT=$(pwd)
 PATCH=$ROOT/docs/perf-logs/2026-12-07-session38/warp-run2.patch
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
+if [ -f .devcarry/m.tar.xz ] && [ -f .devcarry/w.tar.xz ]; then  # built on the development machine
+  exec bash docs/perf-logs/2026-12-07-session38/call.sh "$MODE"
+fi
 if [ ! -f build-wsrc/.patched ]; then
   rm -rf build-wsrc && mkdir build-wsrc
   tar cf - --exclude='./build*' --exclude=./.devcarry . | tar xf - -C build-wsrc
