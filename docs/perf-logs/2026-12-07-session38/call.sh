@@ -2,8 +2,8 @@
 # Session 38's device call: the leader's warp executing runs of same-shape WQEs (W: branch
 # warp-run2, warp-run2.patch here) against main (M), both built on the development machine (CMake
 # Release, sm_90) and carried as .devcarry/m.tar.xz (gv_write_bw, gv_probe_costs, gv_probe_path)
-# and .devcarry/w.tar.xz (gv_write_bw, gv_read_bw, gv_gpu_tests). Usage: bash call.sh MODE
-#   measure  gv_probe_costs' drain rows (M's), W's new GPU tests, bench/compare.sh of M and W
+# and .devcarry/w.tar.xz (gv_write_bw, gv_read_bw, gv_probe_costs with the drain rows, gv_gpu_tests). Usage: bash call.sh MODE
+#   measure  gv_probe_costs' drain rows (W's: the rows are in the patch), W's new GPU tests, bench/compare.sh of M and W
 #            (two interleaved runs), W's other gv_gpu_tests (about 250 s)
 #   full     measure, then the README's test command on the tree (W checked out), the sanitizer
 #            tree left to CI (about 500 s)
@@ -23,7 +23,7 @@ if [ "$MODE" = ncu ]; then
   $NCU -i $OUT/bw1q.ncu-rep --page source --csv --print-source sass > $OUT/bw1q-sass.csv 2>&1
   exit 0
 fi
-timeout 60 .devcarry/m/gv_probe_costs 2>&1 | tee $OUT/probe-costs.txt
+timeout 60 .devcarry/w/gv_probe_costs 2>&1 | tee $OUT/probe-costs.txt
 timeout 120 .devcarry/w/gv_gpu_tests --gtest_filter='GpuWarpRun.*' 2>&1 | tail -25 | tee $OUT/w-tests-new.txt
 cat > /tmp/cases.txt <<'C'
 gv_write_bw --lat -s 8 -n 10000
