@@ -1,6 +1,6 @@
 #!/bin/bash
 # Session 38's device call: the leader's warp executing runs of same-shape WQEs (W: branch
-# warp-run2, warp-run2.patch here) against main (M), both built on the development machine (CMake
+# warp-run2; its patch is ../2026-12-07-session39/warp-run2.patch) against main (M), both built on the development machine (CMake
 # Release, sm_90) and carried as .devcarry/m.tar.xz (gv_write_bw, gv_probe_costs, gv_probe_path)
 # and .devcarry/w.tar.xz (gv_write_bw, gv_read_bw, gv_probe_costs with the drain rows, gv_gpu_tests). Usage: bash call.sh MODE
 #   measure  gv_probe_costs' drain rows (W's: the rows are in the patch), W's new GPU tests, bench/compare.sh of M and W

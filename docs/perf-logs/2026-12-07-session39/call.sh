@@ -1,6 +1,6 @@
 #!/bin/bash
 # Session 39's device call: builds main (M, this tree) and warp-run2 (W: this tree with
-# docs/perf-logs/2026-12-07-session38/warp-run2.patch applied, in build-wsrc/) on the GPU machine
+# docs/perf-logs/2026-12-07-session39/warp-run2.patch applied, in build-wsrc/) on the GPU machine
 # itself (16 cores; the development machine needs 25-40 minutes for the same), puts their tools in
 # .devcarry/m and .devcarry/w, then runs session 38's call.sh MODE (measure, quick, full, ncu).
 # Where .devcarry/m.tar.xz and .devcarry/w.tar.xz are carried (built on the development machine),
@@ -9,7 +9,7 @@
 set -u
 MODE=${1:?usage: call.sh measure|quick|full|ncu [build-only]}
 ROOT=$(pwd)
-PATCH=$ROOT/docs/perf-logs/2026-12-07-session38/warp-run2.patch
+PATCH=$ROOT/docs/perf-logs/2026-12-07-session39/warp-run2.patch
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
 if [ -f .devcarry/m.tar.xz ] && [ -f .devcarry/w.tar.xz ]; then  # built on the development machine
