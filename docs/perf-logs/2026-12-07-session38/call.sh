@@ -8,7 +8,7 @@
 #   full     measure, then the README's test command on the tree (W checked out), the sanitizer
 #            tree left to CI (about 500 s)
 #   quick    measure with three cases (latency, one QP, 66 QPs) and no other tests (about 100 s)
-#   ncu      Nsight Compute's per-instruction stall samples of M's bandwidth kernel, one QP x 64
+#   ncu      Nsight Compute's per-instruction stall samples of the bandwidth kernel (M's; W's with NCU_BUILD=w), one QP x 64
 #            threads (ncu --clock-control none; the CSV of the source page)
 set -u
 MODE=${1:?usage: call.sh measure|full|quick|ncu}
@@ -18,9 +18,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv 
 if [ "$MODE" = ncu ]; then
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   echo "ncu: $NCU"
-  timeout 300 $NCU --clock-control none --set full --import-source no -k regex:bw_kernel -c 1 -f -o $OUT/bw1q \
-    .devcarry/m/gv_write_bw -s 8 -q 1 -t 64 -n 2048 > $OUT/ncu-run.txt 2>&1; echo "ncu rc $?"
-  $NCU -i $OUT/bw1q.ncu-rep --page source --csv --print-source sass > $OUT/bw1q-sass.csv 2>&1
+  timeout 300 $NCU --clock-control none --set full --import-source no -k regex:bw_kernel -c 1 -f -o $OUT/bw1q-${NCU_BUILD:-m} \
+    .devcarry/${NCU_BUILD:-m}/gv_write_bw -s 8 -q 1 -t 64 -n 2048 > $OUT/ncu-run.txt 2>&1; echo "ncu rc $?"
+  $NCU -i $OUT/bw1q-${NCU_BUILD:-m}.ncu-rep --page source --csv --print-source sass > $OUT/bw1q-${NCU_BUILD:-m}-sass.csv 2>&1
   exit 0
 fi
 timeout 60 .devcarry/w/gv_probe_costs 2>&1 | tee $OUT/probe-costs.txt
