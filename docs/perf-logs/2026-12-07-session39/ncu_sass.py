@@ -6,7 +6,7 @@ instruction executed between LO and HI times (the per-WQE loops: a run of N WQEs
 loop's instructions about N times).
   ncu_sass.py CSV[.xz] WQES top [N]
   ncu_sass.py CSV[.xz] WQES range LO HI"""
-import csv, io, lzma, sys
+import csv, lzma, sys
 
 path, wqes, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 text = (lzma.open if path.endswith(".xz") else open)(path, "rt")
