@@ -13,10 +13,6 @@ inline ContextOptions context_for(const Opts& o) { return gvcli::device_context(
 // One QP's work for a kernel block or a CPU initiator thread (gv_bench_cpu.hpp).
 using Job = CpuJob;
 
-__device__ __forceinline__ uint64_t off_of(uint32_t i, uint32_t size, uint64_t slice) {
-    return (uint64_t(i) * size) % (slice - size + 1);
-}
-
 // Block-uniform: true when some block of the kernel recorded a failure in *fail.
 __device__ bool block_stop(Failure* fail) {
     __shared__ int stop;
@@ -53,7 +49,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
         auto post_round = [&](uint32_t base) {
             const uint32_t n = min(blockDim.x, iters - base);
             if (threadIdx.x < n) {
-                uint64_t off = off_of(base + threadIdx.x, size, j.slice);
+                uint64_t off = msg_off(base + threadIdx.x, size, j.slice);
                 Status st = dev::recv(j.peer, j.dst + off, size, j.dkey);
                 if (st != Status::Ok)
                     record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, base + threadIdx.x, st);
@@ -82,7 +78,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
         uint32_t n = min(blockDim.x, iters - base);
         uint32_t i = base + threadIdx.x;
         if (threadIdx.x < n) {
-            uint64_t off = off_of(i, size, j.slice);
+            uint64_t off = msg_off(i, size, j.slice);
             uint32_t fl = threadIdx.x == n - 1 ? kSignaled : 0;
             Status st;
             if (op == 0) st = dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);

@@ -81,14 +81,14 @@ void cpu_setup(CpuSide& s, const Opts& o, bool server) {
     s.mr.emplace(*s.pd, s.buf, s.bytes, kAllAccess);
 }
 
-/// Where message i of QP q lands (bandwidth): the initiator's offset (cpu_off), which is also
+/// Where message i of QP q lands (bandwidth): the initiator's offset (msg_off), which is also
 /// where send_bw's server posts receive i. Each run checks the first and the last message of
 /// every QP on the side they land on (the server for WRITE and SEND, the client for READ):
 /// cleared before the run, whole after it, or the run fails, saying where.
 struct BwMarks {
     const CpuSide& s;
     uint32_t size, iters;
-    uint64_t at(uint32_t q, bool last) const { return q * s.slice + (last ? cpu_off(iters - 1, size, s.slice) : 0); }
+    uint64_t at(uint32_t q, bool last) const { return q * s.slice + (last ? msg_off(iters - 1, size, s.slice) : 0); }
     void clear(uint8_t v) const {
         for (uint32_t q = 0; q < s.qps.size(); ++q)
             for (bool last : {false, true}) std::memset(s.buf + at(q, last), v, size);
