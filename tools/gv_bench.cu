@@ -45,6 +45,7 @@
 #include "gpuverbs/oob.hpp"
 #include "gpuverbs/shared_buffer.hpp"
 #include "gv_bench_wire.hpp"
+#include "msg_offset.hpp"
 #if defined(__CUDACC__)
 #include "bench_common.hpp"
 #include "gpuverbs/mps.hpp"

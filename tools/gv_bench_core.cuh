@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
         auto post_round = [&](uint32_t base) {
             const uint32_t n = min(blockDim.x, iters - base);
             if (threadIdx.x < n) {
-                uint64_t off = msg_off(base + threadIdx.x, size, j.slice);
+                uint64_t off = gvbench::msg_off(base + threadIdx.x, size, j.slice);
                 Status st = dev::recv(j.peer, j.dst + off, size, j.dkey);
                 if (st != Status::Ok)
                     record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, base + threadIdx.x, st);
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) bw_kernel(const Job* jobs, u
         uint32_t n = min(blockDim.x, iters - base);
         uint32_t i = base + threadIdx.x;
         if (threadIdx.x < n) {
-            uint64_t off = msg_off(i, size, j.slice);
+            uint64_t off = gvbench::msg_off(i, size, j.slice);
             uint32_t fl = threadIdx.x == n - 1 ? kSignaled : 0;
             Status st;
             if (op == 0) st = dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl);

@@ -127,7 +127,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
         while (outstanding >= kCpuLists)
             if (!reap(true)) return;
         for (uint32_t k = 0; k < n; ++k) {
-            const uint64_t off = msg_off(base + k, size, j.slice);
+            const uint64_t off = gvbench::msg_off(base + k, size, j.slice);
             const uint32_t fl = k == n - 1 ? kSignaled : 0;
             Status st = op == 0   ? dev::write(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
                         : op == 1 ? dev::read(j.qp, j.src + off, size, j.lkey, uint64_t(j.dst + off), j.rkey, fl)
@@ -154,7 +154,7 @@ void cpu_initiator(const CpuJob& j, uint32_t q, int op, uint32_t size, uint32_t 
 bool cpu_post_receives(const CpuJob& j, uint32_t q, uint32_t size, uint32_t target, uint32_t* posted,
                        Failure* fail) {
     for (; *posted < target; ++*posted) {
-        const Status st = dev::recv(j.peer, j.dst + msg_off(*posted, size, j.slice), size, j.dkey);
+        const Status st = dev::recv(j.peer, j.dst + gvbench::msg_off(*posted, size, j.slice), size, j.dkey);
         if (st != Status::Ok) {
             record_failure(fail, Step::PostRecv, q, j.peer.q.qpn, *posted, st);
             return false;

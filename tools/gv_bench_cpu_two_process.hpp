@@ -88,7 +88,9 @@ void cpu_setup(CpuSide& s, const Opts& o, bool server) {
 struct BwMarks {
     const CpuSide& s;
     uint32_t size, iters;
-    uint64_t at(uint32_t q, bool last) const { return q * s.slice + (last ? msg_off(iters - 1, size, s.slice) : 0); }
+    uint64_t at(uint32_t q, bool last) const {
+        return q * s.slice + (last ? gvbench::msg_off(iters - 1, size, s.slice) : 0);
+    }
     void clear(uint8_t v) const {
         for (uint32_t q = 0; q < s.qps.size(); ++q)
             for (bool last : {false, true}) std::memset(s.buf + at(q, last), v, size);

@@ -16,6 +16,7 @@
 #include "device_option.hpp"
 #include "gpuverbs/device.cuh"
 #include "gpuverbs/gpuverbs.hpp"
+#include "msg_offset.hpp"
 
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -42,9 +43,8 @@ struct Job {
     uint32_t size, iters;
 };
 
-// Message i's offset in the QP's slice: the slice's region / size slots in turn, each at a
-// multiple of size (an 8-byte message 8-byte aligned, as perftest places them).
-GV_HOST_DEVICE uint64_t offset_of(const Job& j, uint32_t i) { return (uint64_t(i) % (j.region / j.size)) * j.size; }
+// Message i's offset in the QP's slice (msg_offset.hpp: aligned to its size, as perftest's).
+GV_HOST_DEVICE uint64_t offset_of(const Job& j, uint32_t i) { return gvbench::msg_off(i, j.size, j.region); }
 
 #if defined(__CUDACC__)
 // One direction (0: WRITE src->dst, 1: READ dst->back) of one QP's job, posted by `rank`
