@@ -10,13 +10,37 @@
 
 using namespace gv;
 
-enum Op { kLdRelaxed, kLdAcquire, kCasAcqRel, kCasRelaxed, kFenceSc, kFenceAcqRel, kStFence, kStRelease, kAddRelaxed, kNumOps };
+enum Op {
+    kLdRelaxed, kLdAcquire, kCasAcqRel, kCasRelaxed, kFenceSc, kFenceAcqRel, kStFence, kStRelease, kAddRelaxed,
+    // A drain's stores, one WQE per turn (device memory only: the host column is left out). One
+    // thread executing one QP's small WRITEs stores each WQE's bytes to its own destination, then
+    // sq_ci, then a release fence (RC ordering; detail/soft/fast.cuh): how long does one turn take
+    // when nothing else is on its way, and with the loads a drain has in flight at its fence?
+    kStNext, kStNextCtr, kStLineCtr, kLdAheadStCtr, kCopyCtr, kLdAheadCopyCtr, kNumOps
+};
 const char* kNames[] = {"ld.relaxed (dependent)", "ld.acquire.gpu", "atom.cas.acq_rel.gpu", "atom.cas.relaxed.gpu",
-                        "fence.sc.gpu", "fence.acq_rel.gpu", "st + fence.acq_rel.gpu", "st.release.gpu",
-                        "atom.add.relaxed.gpu"};
+                        "fence.sc.gpu", "fence.release.gpu", "st + fence.release.gpu", "st.release.gpu",
+                        "atom.add.relaxed.gpu",
+                        "st next 8 B + fence",           // the bytes of consecutive 8-byte WRITEs
+                        "st next 8 B, st ctr + fence",   // ... and sq_ci, as fast_run
+                        "st next line, st ctr + fence",  // a destination 128 bytes on each turn
+                        "ld 48 B ahead, st, ctr, fence", // the next WQE's units in flight at the fence
+                        "ld src, st, ctr, fence",        // an 8-byte copy (the source's load first)
+                        "ld ahead + copy, ctr, fence"};  // both: fast_run's turn without its checks
+/// First op that stores where a drain stores (device memory only).
+constexpr int kFirstDrainOp = kStNext;
+/// Words of the drain rows' buffer: destinations, sources and a ring of 64-byte WQEs apart.
+constexpr size_t kBigWords = size_t(16) << 17;  // 16 MiB
 
-__global__ void probe(unsigned int* p, int op, int n, unsigned long long* out) {
+__global__ void probe(unsigned int* p, unsigned long long* big, int op, int n, unsigned long long* out) {
     unsigned int v = 0;
+    // The drain rows: destinations from big[0], sources from a quarter in, a ring of 64-byte
+    // slots from half way (each turn loads the next slot's first 48 bytes, as fast_run loads
+    // the next WQE's units before it copies this one, and uses them only on the next turn).
+    unsigned long long* dst = big;
+    const unsigned long long* src = big + kBigWords / 4;
+    const ulonglong2* ring = reinterpret_cast<const ulonglong2*>(big + kBigWords / 2);
+    ulonglong2 u0{}, u1{}, u2{};
     unsigned long long t0 = clock64();
     for (int i = 0; i < n; ++i) {
         switch (op) {
@@ -29,10 +53,25 @@ __global__ void probe(unsigned int* p, int op, int n, unsigned long long* out) {
             case kStFence: p[16 + (i & 7)] = i; atom::fence_release(); break;
             case kStRelease: atom::store_release(p + 16 + (i & 7), unsigned(i)); break;
             case kAddRelaxed: v += atom::fetch_add_relaxed(p + 32, 1u); break;
+            case kStNext: dst[i] = i; atom::fence_release(); break;
+            case kStNextCtr: dst[i] = i; atom::store_relaxed(p + 16, unsigned(i)); atom::fence_release(); break;
+            case kStLineCtr: dst[size_t(i) * 16] = i; atom::store_relaxed(p + 16, unsigned(i)); atom::fence_release(); break;
+            case kLdAheadStCtr:
+            case kLdAheadCopyCtr: {
+                v += unsigned(u0.x ^ u1.y ^ u2.x);  // last turn's units, as fast_run's cur = next
+                const ulonglong2* nx = ring + size_t(i + 1) * 4;
+                u0 = nx[0];
+                u1 = nx[1];
+                u2 = nx[2];
+                dst[i] = op == kLdAheadStCtr ? (unsigned long long)i : src[i] + v;
+                atom::store_relaxed(p + 16, unsigned(i));
+                atom::fence_release();
+            } break;
+            case kCopyCtr: dst[i] = src[i] + v; atom::store_relaxed(p + 16, unsigned(i)); atom::fence_release(); break;
         }
     }
     out[0] = clock64() - t0;
-    out[1] = v;
+    out[1] = v + unsigned(u0.y ^ u1.x ^ u2.y);
 }
 
 const char* const kUsage =
@@ -48,26 +87,30 @@ int main(int argc, char** argv) {
         gvbench::require_gpu();
         gvbench::Buffer<unsigned int> d(1024), h(1024, gvbench::Mem::HostMapped);
         gvbench::Buffer<unsigned long long> out(2, gvbench::Mem::Managed);
+        gvbench::Buffer<unsigned long long> big(kBigWords);
         CUDA_CHECK(cudaMemset(d.get(), 0, 4096));
+        CUDA_CHECK(cudaMemset(big.get(), 0, kBigWords * 8));
         int clk = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0));
         const int n = 2000;
         std::printf("# gv_probe_costs: one thread, %d dependent operations each (SM clock %d MHz)\n", n,
                     clk / 1000);
-        std::printf("%-26s %14s %14s\n", "operation", "device [ns]", "host-mapped [ns]");
+        std::printf("%-30s %14s %14s\n", "operation", "device [ns]", "host-mapped [ns]");
         for (int op = 0; op < kNumOps; ++op) {
             double ns[2];
-            for (int m = 0; m < 2; ++m) {
+            const int modes = op >= kFirstDrainOp ? 1 : 2;
+            for (int m = 0; m < modes; ++m) {
                 unsigned int* p = m ? h.get() : d.get();
-                probe<<<1, 1>>>(p, op, 50, out.get());
+                probe<<<1, 1>>>(p, big.get(), op, 50, out.get());
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaDeviceSynchronize());
-                probe<<<1, 1>>>(p, op, n, out.get());
+                probe<<<1, 1>>>(p, big.get(), op, n, out.get());
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaDeviceSynchronize());
                 ns[m] = double(out.get()[0]) / n / (clk / 1e6);
             }
-            std::printf("%-26s %14.1f %14.1f\n", kNames[op], ns[0], ns[1]);
+            if (modes == 2) std::printf("%-30s %14.1f %14.1f\n", kNames[op], ns[0], ns[1]);
+            else std::printf("%-30s %14.1f %14s\n", kNames[op], ns[0], "-");
         }
         return 0;
     });

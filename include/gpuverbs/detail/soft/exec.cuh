@@ -28,6 +28,7 @@
 #include "gpuverbs/detail/soft/plan.cuh"
 #include "gpuverbs/detail/soft/send_run.cuh"
 #include "gpuverbs/detail/soft/stage.cuh"
+#include "gpuverbs/detail/soft/warp_run.cuh"
 #include "gpuverbs/mlx5/wqe_reader.cuh"
 
 namespace gv::detail::soft {
@@ -52,6 +53,9 @@ enum Action : uint32_t {
     /// Nothing more in this drain's batch, but more is published: the group staged only part
     /// of it (stage_wqes). progress() drains again before it gives the QP back.
     kMore = 3,
+    /// The leader's warp executes a run of same-shape WQEs (warp_run.cuh), then the leader goes
+    /// on (drain() only: never returned).
+    kWarpRun = 4,
 };
 
 /// Reads, validates and plans the WQE at sq_ci (an atomic is performed here). Leader only.
@@ -334,6 +338,11 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
     // Every thread: the plan at b was handed out at the last barrier, so the WQE before it
     // (chained) awaits complete() by the leader during this copy.
     bool chained = false;
+    // Whether fast_run may hand runs to the leader's warp (warp_run.cuh): where the group starts
+    // with a whole warp, until a run comes out shorter than kWarpRunMin (WQEs of mixed shapes:
+    // each hand-off would cost a barrier for little).
+    bool try_warp = whole_warp(g);
+    WarpShape hand;  // the leader's; every lane of its warp passes its own to warp_run
     for (;;) {
         if (!chained) {
             if (g.leader()) {
@@ -345,8 +354,14 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
                         load_batch(q, lc, pub, kFirst ? &first : nullptr);
                         if (kFirst) loaded = &first;
                     }
-                    if (try_fast && next_published(lc) && fast_run(q, lc, loaded) && next_published(lc))
+                    hand.ok = false;
+                    if (try_fast && next_published(lc) &&
+                        fast_run(q, lc, loaded, {}, {}, try_warp ? &hand : nullptr) && next_published(lc))
                         fast_send_run(q, lc);
+                    if (hand.ok) {
+                        act = kWarpRun;
+                        break;
+                    }
                     if (g.size() > 1 && try_run && plan_send_run(q, lc, p, run)) {
                         try_fast = false;
                         act = kExecute;  // not what an earlier turn's prepare() said (await_receive)
@@ -385,12 +400,36 @@ GV_HOST_DEVICE uint32_t drain(QpContext* q, const G& g, const Published& pub) {
                 }
                 Plan& to = group_plan<G>(q, b);  // for the group: header and used segments only
                 if (act == kExecute) hand_out(to, p, destinations_overlap(p));
+                else if (act == kWarpRun) to.act = kWarpRun;
                 else to.act = act == kStop && lc.cut ? uint32_t(kMore) : act;
             }
             g.sync();  // publishes the leader's plan
         }
         const Plan& sp = group_plan<G>(q, b);
         const uint32_t act = sp.act;
+#if GV_DEVICE_CODE
+        if (act == kWarpRun) {
+            // The leader's warp executes the run; the rest of the group waits at the next barrier.
+            // The next plan goes into the other buffer: a thread of another warp may read this
+            // one's act after the leader has gone on (the barrier between two uses of a buffer is
+            // the next one's).
+            if (g.rank() < 32) {
+                const WarpRunDone r = warp_run(warp_run_args(q, lc, hand));
+                if (g.leader()) {
+                    lc.ci += r.n;
+                    lc.pending -= r.n;
+                    rmw_add_relaxed(&q->warp_wqes, (unsigned long long)r.n, kScopeGpu);  // statistics
+                    if (r.lost) {  // as in fast_run: the completion is lost, the QP goes to ERROR
+                        enter_error(q, uint32_t(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR));
+                        lc.state = QpState::Error;
+                    }
+                    if (r.n < kWarpRunMin) try_warp = false;
+                }
+            }
+            b ^= 1;
+            continue;
+        }
+#endif
         if (act != kExecute) {
             if (g.leader()) keep_hints(q, lc);
             return act;

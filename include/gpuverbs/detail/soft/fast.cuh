@@ -211,6 +211,16 @@ inline constexpr uint64_t kFastSignalBit = uint64_t(MLX5_WQE_CTRL_CQ_UPDATE) << 
 /// The WQE index's two bytes (1 and 2) in the first 8-byte word of unit 0, as loaded.
 inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 
+/// Whether the WQE w at ci has the shape of a WQE checked before it: unit 0 without its index and
+/// signal bit (u0a, u0b), the rkey and the data segment's byte count and lkey (u2a) equal, its
+/// index ci's. fast_run's lean check, its hand-off test and warp_run's lanes all use it.
+GV_HOST_DEVICE bool fast_same_shape(const FastWqe& w, unsigned long long ci, uint64_t u0a, uint64_t u0b, uint32_t rkey,
+                                    uint64_t u2a) {
+    const uint64_t idx = ((ci >> 8) & 0xffu) << 8 | (ci & 0xffu) << 16;
+    return w.u[0].a == (u0a | idx) && ((w.u[0].b ^ u0b) & ~kFastSignalBit) == 0 && uint32_t(w.u[1].b) == rkey &&
+           w.u[2].a == u2a;
+}
+
 /// Executes the WQEs at sq_ci while they are of the common kind (above), and returns at the
 /// first that is not, or when none is left. The group's leader, holding the QP's lock, after
 /// next_published() found work. Returns true when it stopped at a SEND (for fast_send_run:
@@ -231,8 +241,21 @@ inline constexpr uint64_t kFastIndexBytes = 0x00ffff00ull;
 /// before each WQE's fence rather than after its completion (finish()'s order): the direct path
 /// gives the QP back right after with no fence of its own, and in drains this order measured 7%
 /// more 8-byte WRITEs on one and 66 QPs (H100, session 32, build F).
+/// A run of WQEs of one shape that fast_run leaves to the leader's warp (warp_run.cuh): the shape
+/// of the last WQE it checked, as it keeps it (ok: a run was handed over).
+struct WarpShape {
+    bool ok = false;
+    bool is_read = false;
+    uint32_t rkey = 0, len = 0, sys = 0;
+    uint64_t u0a = 0, u0b = 0, u2a = 0;
+};
+
+/// Same-shape WQEs published behind the one fast_run has just executed for it to hand them to the
+/// leader's warp (warp_run.cuh): fewer are not worth the group's barrier.
+inline constexpr uint32_t kWarpRunMin = 4;
+
 GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr,
-                             Preloaded pre = {}, FastFirst plan = {}) {
+                             Preloaded pre = {}, FastFirst plan = {}, WarpShape* hand = nullptr) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
     // it is tested after this WQE's region loads are issued, so that the two rounds overlap.
     if (lc.pending == 0 || !sends_allowed(lc.state)) return false;
@@ -270,9 +293,7 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
             is_read = plan.is_read;
             plan.ok = false;
         } else if (shaped) {
-            const uint64_t idx = ((ci >> 8) & 0xffu) << 8 | (ci & 0xffu) << 16;
-            if (cur.u[0].a == (sh_u0a | idx) && ((cur.u[0].b ^ sh_u0b) & ~kFastSignalBit) == 0 &&
-                uint32_t(cur.u[1].b) == sh_rkey && cur.u[2].a == sh_u2a) {
+            if (fast_same_shape(cur, ci, sh_u0a, sh_u0b, sh_rkey, sh_u2a)) {
                 len = sh_len;
                 is_read = sh_read;
                 const uint64_t la = fast_bounds(lc.local, mlx5::from_be64(cur.u[2].b), len);
@@ -381,6 +402,22 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
             break;
         }
         if (!more) break;
+        // hand: where the group has a whole warp, a run of WQEs shaped as this one is the warp's
+        // (drain(), warp_run.cuh): the lanes read and check them at once, one lane stores them.
+        // Only when the next WQE has this shape (its units are here): after a WQE of another
+        // shape, fast_run checks the next one and hands off from there, rather than the warp
+        // finding a run of none.
+        if (hand && shaped && pending >= kWarpRunMin && fast_same_shape(next, ci, sh_u0a, sh_u0b, sh_rkey, sh_u2a)) {
+            hand->ok = true;
+            hand->is_read = sh_read;
+            hand->rkey = sh_rkey;
+            hand->len = sh_len;
+            hand->sys = sh_sys;
+            hand->u0a = sh_u0a;
+            hand->u0b = sh_u0b;
+            hand->u2a = sh_u2a;
+            break;
+        }
         cur = next;
     }
     lc.ci = ci;

@@ -233,6 +233,9 @@ struct QpContext {
     /// SENDs executed in runs (send_run.cuh; statistics, which the tests read to see that the
     /// runs they build are taken).
     unsigned long long run_sends;
+    /// WQEs executed by the leader's warp in runs (warp_run.cuh; statistics, which the tests read
+    /// to see that the runs they build are taken).
+    unsigned long long warp_wqes;
     /// The keys of the regions the last drain's WQEs named (local, peer's): the next drain
     /// loads those entries before it has read its first WQE (load_batch), so that a lone
     /// WQE's region lookups do not wait for the WQE. Only guesses: a WQE naming other keys
