@@ -193,60 +193,6 @@ void run_mixed(uint32_t T, uint64_t seed) {
     EXPECT_EQ(p.qp[1]->state(), QpState::Rts);
 }
 
-// Every thread posts one signaled WRITE of len bytes into its own slot; one block commit;
-// thread 0 waits for all T completions, which a CQ of 4 cannot hold.
-__global__ void __launch_bounds__(512) overrun_kernel(dev::QpHandle a, const uint8_t* src, uint8_t* dst, uint32_t len,
-                                                      uint32_t lkey, uint32_t rkey, uint32_t* out) {
-    const uint32_t t = threadIdx.x;
-    Status st = dev::write<Scope::Block>(a, src + size_t(t) * len, len, lkey, uint64_t(dst + size_t(t) * len), rkey,
-                                         kSignaled, kWait);
-    if (st != Status::Ok) atomicAdd(&out[2], 1u);
-    // The commit executes the WQEs; the lost completion moves the QP to ERROR on the way, which
-    // the commit reports (QpError) to every thread.
-    const Status cs = dev::commit<Scope::Block>(a);
-    if (t == 0) out[3] = uint32_t(cs);
-    if (t == 0) {
-        uint32_t got = 0;
-        out[0] = uint32_t(dev::wait_send(a, blockDim.x, nullptr, kWait, &got));
-        out[1] = got;
-    }
-}
-
-void run_overrun(uint32_t T, uint32_t len) {
-    QpOptions o;
-    o.sq_depth = 1024;
-    gvtest::Pair p(gvtest::gpu_ctx(), o, MemoryKind::Default, 4);
-    const uint32_t depth = p.scq[0]->depth();
-    const size_t n = size_t(T) * len;
-    DevBuf src(n), dst(n), out(16);
-    ASSERT_TRUE(src.p && dst.p && out.p);
-    MemoryRegion ms(p.pd, src.p, n, kLocalWrite), md(p.pd, dst.p, n, kAllAccess);
-    std::vector<uint8_t> hsrc(n);
-    gvtest::fill_random(hsrc.data(), n, T + len);
-    h2d(src.p, hsrc.data(), n);
-    CUDA_OK(cudaMemset(dst.p, kGuard, n));
-    CUDA_OK(cudaMemset(out.p, 0, 16));
-    overrun_kernel<<<1, T>>>(p.h(0), src.get(), dst.get(), len, ms.lkey(), md.rkey(), out.get<uint32_t>());
-    LAUNCH_OK();
-    const auto res = d2h<uint32_t>(out.p, 4);
-    EXPECT_EQ(res[2], 0u) << "posts that failed";
-    EXPECT_EQ(Status(res[3]), Status::QpError) << "the commit's status";
-    EXPECT_EQ(Status(res[0]), Status::CqOverrun) << "wait_send's status (polled " << res[1] << ")";
-    EXPECT_LE(res[1], depth);
-    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
-    // The WRITEs whose data landed are a prefix: those completed (at most `depth`) and the one
-    // whose completion found the CQ full. The next one was planned while that one was copied;
-    // it, and everything after it, is flushed: not one byte of theirs may land.
-    const auto got = d2h(dst.p, n);
-    uint32_t landed = 0;
-    while (landed < T && std::memcmp(&got[size_t(landed) * len], &hsrc[size_t(landed) * len], len) == 0) ++landed;
-    EXPECT_GE(landed, res[1]);
-    EXPECT_EQ(landed, depth + 1) << "WRITEs whose data landed, of " << T << " (CQ depth " << depth << ")";
-    for (uint32_t w = landed; w < T; ++w)
-        for (size_t i = 0; i < len; ++i)
-            ASSERT_EQ(got[size_t(w) * len + i], kGuard) << "flushed WRITE " << w << " wrote byte " << i;
-}
-
 // RC ordering across chained WQEs (unsignaled WRITEs of more than 128 bytes in a block of 256
 // or more, exec.cuh: each copier fences its own stores, one barrier between two WQEs, the
 // leader's fence gone from between them). The writer block posts one 1 KiB WRITE per thread

@@ -168,4 +168,72 @@ __device__ void consume_rounds(const uint64_t* flag, Done done, const uint32_t* 
     }
 }
 
+// ---- a completion lost to a full CQ (gpu_plan_ahead_test.cu, gpu_warp_run_test.cu) -----------
+
+// Every thread posts one signaled WRITE of len bytes into its own slot; one block commit;
+// thread 0 waits for all T completions, which a CQ of 4 cannot hold.
+__global__ void __launch_bounds__(512) overrun_kernel(gv::dev::QpHandle a, const uint8_t* src, uint8_t* dst, uint32_t len,
+                                                      uint32_t lkey, uint32_t rkey, uint32_t* out) {
+    const uint32_t t = threadIdx.x;
+    gv::Status st = gv::dev::write<gv::Scope::Block>(a, src + size_t(t) * len, len, lkey, uint64_t(dst + size_t(t) * len), rkey,
+                                         gv::kSignaled, kWait);
+    if (st != gv::Status::Ok) atomicAdd(&out[2], 1u);
+    // The commit executes the WQEs; the lost completion moves the QP to ERROR on the way, which
+    // the commit reports (QpError) to every thread.
+    const gv::Status cs = gv::dev::commit<gv::Scope::Block>(a);
+    if (t == 0) out[3] = uint32_t(cs);
+    if (t == 0) {
+        uint32_t got = 0;
+        out[0] = uint32_t(gv::dev::wait_send(a, blockDim.x, nullptr, kWait, &got));
+        out[1] = got;
+    }
+}
+
+/// A block of T threads posts one signaled WRITE of len bytes each into a CQ of 4 and commits at
+/// block scope (overrun_kernel): the QP goes to ERROR at the first completion the CQ cannot
+/// hold. Checks the statuses, that the WRITEs whose data landed are exactly the first depth + 1,
+/// and that not one byte of the flushed ones landed; then calls after(pair) for checks of the
+/// caller's own (the warp's runs: that the warp executed some of them).
+template <typename After>
+void run_overrun(uint32_t T, uint32_t len, After after) {
+    SCOPED_TRACE(testing::Message() << "WRITEs of " << len << " bytes, " << T << " threads");
+    gv::QpOptions o;
+    o.sq_depth = 1024;
+    gvtest::Pair p(gvtest::gpu_ctx(), o, gv::MemoryKind::Default, 4);
+    const uint32_t depth = p.scq[0]->depth();
+    const size_t n = size_t(T) * len;
+    gvtest::DevBuf src(n), dst(n), out(16);
+    ASSERT_TRUE(src.p && dst.p && out.p);
+    gv::MemoryRegion ms(p.pd, src.p, n, gv::kLocalWrite), md(p.pd, dst.p, n, gv::kAllAccess);
+    std::vector<uint8_t> hsrc(n);
+    gvtest::fill_random(hsrc.data(), n, T + len);
+    h2d(src.p, hsrc.data(), n);
+    CUDA_OK(cudaMemset(dst.p, kGuard, n));
+    CUDA_OK(cudaMemset(out.p, 0, 16));
+    overrun_kernel<<<1, T>>>(p.h(0), src.get(), dst.get(), len, ms.lkey(), md.rkey(), out.get<uint32_t>());
+    LAUNCH_OK();
+    const auto res = d2h<uint32_t>(out.p, 4);
+    EXPECT_EQ(res[2], 0u) << "posts that failed";
+    EXPECT_EQ(gv::Status(res[3]), gv::Status::QpError) << "the commit's status";
+    EXPECT_EQ(gv::Status(res[0]), gv::Status::CqOverrun) << "wait_send's status (polled " << res[1] << ")";
+    EXPECT_LE(res[1], depth);
+    EXPECT_EQ(p.qp[0]->state(), gv::QpState::Error);
+    // The WRITEs whose data landed are a prefix: those completed (at most `depth`) and the one
+    // whose completion found the CQ full. The next one was planned while that one was copied;
+    // it, and everything after it, is flushed: not one byte of theirs may land.
+    const auto got = d2h(dst.p, n);
+    uint32_t landed = 0;
+    while (landed < T && std::memcmp(&got[size_t(landed) * len], &hsrc[size_t(landed) * len], len) == 0) ++landed;
+    EXPECT_GE(landed, res[1]);
+    EXPECT_EQ(landed, depth + 1) << "WRITEs whose data landed, of " << T << " (CQ depth " << depth << ")";
+    for (uint32_t w = landed; w < T; ++w)
+        for (size_t i = 0; i < len; ++i)
+            ASSERT_EQ(got[size_t(w) * len + i], kGuard) << "flushed WRITE " << w << " wrote byte " << i;
+    after(p);
+}
+
+void run_overrun(uint32_t T, uint32_t len) {
+    run_overrun(T, len, [](gvtest::Pair&) {});
+}
+
 }  // namespace

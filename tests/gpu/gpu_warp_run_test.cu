@@ -181,54 +181,14 @@ TEST(GpuWarpRun, ChainedSameShapeWqesCarryEachOthersBytes) {
     run_carry(128, 16, true);
 }
 
-// Every thread posts one signaled WRITE of len bytes into its own slot, one block commit; no one
-// polls, so a CQ of 4 fills: the run's fifth completion is lost, the QP goes to ERROR, and the
-// WQEs after that one are flushed with no byte written.
-__global__ void __launch_bounds__(512) lost_kernel(dev::QpHandle a, const uint8_t* src, uint8_t* dst, uint32_t len,
-                                                   uint32_t lkey, uint32_t rkey, uint32_t* out) {
-    const uint32_t t = threadIdx.x;
-    Status st = dev::write<Scope::Block>(a, src + size_t(t) * len, len, lkey, uint64_t(dst + size_t(t) * len), rkey,
-                                         kSignaled, 5'000'000'000ull);
-    if (st != Status::Ok) atomicAdd(&out[1], 1u);
-    const Status cs = dev::commit<Scope::Block>(a);
-    if (t == 0) out[0] = uint32_t(cs);
-}
-
-void run_lost(uint32_t T, uint32_t len) {
-    SCOPED_TRACE(testing::Message() << "WRITEs of " << len << " bytes, " << T << " threads");
-    QpOptions o;
-    o.sq_depth = 1024;
-    gvtest::Pair p(gvtest::gpu_ctx(), o, MemoryKind::Default, 4);
-    const uint32_t depth = p.scq[0]->depth();
-    const size_t n = size_t(T) * len;
-    DevBuf src(n), dst(n), out(8);
-    ASSERT_TRUE(src.p && dst.p && out.p);
-    MemoryRegion ms(p.pd, src.p, n, kLocalWrite), md(p.pd, dst.p, n, kAllAccess);
-    std::vector<uint8_t> hsrc(n);
-    gvtest::fill_random(hsrc.data(), n, T + len);
-    h2d(src.p, hsrc.data(), n);
-    CUDA_OK(cudaMemset(dst.p, 0xa5, n));
-    CUDA_OK(cudaMemset(out.p, 0, 8));
-    lost_kernel<<<1, T>>>(p.h(0), src.get(), dst.get(), len, ms.lkey(), md.rkey(), out.get<uint32_t>());
-    LAUNCH_OK();
-    const auto res = d2h<uint32_t>(out.p, 2);
-    EXPECT_EQ(res[1], 0u) << "posts that failed";
-    EXPECT_EQ(Status(res[0]), Status::QpError) << "the commit's status";
-    EXPECT_EQ(p.qp[0]->state(), QpState::Error);
-    const auto got = d2h(dst.p, n);
-    uint32_t landed = 0;
-    while (landed < T && std::memcmp(&got[size_t(landed) * len], &hsrc[size_t(landed) * len], len) == 0) ++landed;
-    EXPECT_EQ(landed, depth + 1) << "WRITEs whose data landed, of " << T << " (CQ depth " << depth << ")";
-    for (uint32_t w = landed; w < T; ++w)
-        for (size_t i = 0; i < len; ++i)
-            ASSERT_EQ(got[size_t(w) * len + i], 0xa5) << "flushed WRITE " << w << " wrote byte " << i;
-    EXPECT_GT(warp_wqes(p.h(0)), 0u) << "WQEs executed by the leader's warp";
-}
-
 TEST(GpuWarpRun, LostCompletionEndsTheRun) {
     GV_SKIP_WITHOUT_GPU();
-    run_lost(64, 8);
-    run_lost(256, 32);
+    // The case of gpu_plan_ahead_test.cu (gpu_verbs_util.cuh) with runs the warp takes.
+    const auto warp_took_some = [](gvtest::Pair& p) {
+        EXPECT_GT(warp_wqes(p.h(0)), 0u) << "WQEs executed by the leader's warp";
+    };
+    run_overrun(64, 8, warp_took_some);
+    run_overrun(256, 32, warp_took_some);
 }
 
 }  // namespace
