@@ -68,7 +68,9 @@ __global__ void __launch_bounds__(512) order_kernel(dev::QpHandle qp, uint8_t* s
         for (uint32_t r = 1; r <= rounds; ++r) {
             const uint32_t words = run_len(r, t, T, len, odd_len) / 8;
             const auto* tail = reinterpret_cast<const uint64_t*>(dst + size_t(t) * kStride) + words - 1;
-            if (!gvtest::wait_at_least<uint64_t>(tail, r, 5'000'000'000ull)) {
+            // Equality, not >= r: the word may still hold a data word of last round's WQE of
+            // another length (run_word, far above any round), which must not count as landed.
+            if (!gvtest::spin_until(tail, [r](uint64_t x) { return x == r; }, 5'000'000'000ull)) {
                 atomicAdd(errors, 1ull << 56);
             } else if (t > 0) {
                 const uint32_t bw = run_len(r, t - 1, T, len, odd_len) / 8;
