@@ -16,7 +16,12 @@ enum Op {
     // thread executing one QP's small WRITEs stores each WQE's bytes to its own destination, then
     // sq_ci, then a release fence (RC ordering; detail/soft/fast.cuh): how long does one turn take
     // when nothing else is on its way, and with the loads a drain has in flight at its fence?
-    kStNext, kStNextCtr, kStLineCtr, kLdAheadStCtr, kCopyCtr, kLdAheadCopyCtr, kNumOps
+    kStNext, kStNextCtr, kStLineCtr, kLdAheadStCtr, kCopyCtr, kLdAheadCopyCtr,
+    // The same turn split over two warps (probe_pair): warp 1 loads the next WQE's 48 bytes and
+    // the source and hands the value over through shared memory; warp 0 only stores, stores the
+    // counter and fences. A fence waits for its own warp's loads, not another warp's: is the
+    // turn then the fence alone?
+    kPairLdAheadCopyCtr, kNumOps
 };
 const char* kNames[] = {"ld.relaxed (dependent)", "ld.acquire.gpu", "atom.cas.acq_rel.gpu", "atom.cas.relaxed.gpu",
                         "fence.sc.gpu", "fence.release.gpu", "st + fence.release.gpu", "st.release.gpu",
@@ -26,7 +31,8 @@ const char* kNames[] = {"ld.relaxed (dependent)", "ld.acquire.gpu", "atom.cas.ac
                         "st next line, st ctr + fence",  // a destination 128 bytes on each turn
                         "ld 48 B ahead, st, ctr, fence", // the next WQE's units in flight at the fence
                         "ld src, st, ctr, fence",        // an 8-byte copy (the source's load first)
-                        "ld ahead + copy, ctr, fence"};  // both: fast_run's turn without its checks
+                        "ld ahead + copy, ctr, fence",   // both: fast_run's turn without its checks
+                        "same, loads in a 2nd warp"};    // probe_pair: warp 0 stores and fences
 /// First op that stores where a drain stores (device memory only).
 constexpr int kFirstDrainOp = kStNext;
 /// Words of the drain rows' buffer: destinations, sources and a ring of 64-byte WQEs apart.
@@ -74,6 +80,48 @@ __global__ void probe(unsigned int* p, unsigned long long* big, int op, int n, u
     out[1] = v + unsigned(u0.y ^ u1.x ^ u2.y);
 }
 
+/// kPairLdAheadCopyCtr: two warps of one block; lane 0 of warp 1 (the loader) loads, for turn i,
+/// the ring slot's 48 bytes and src[i] and passes their sum through an 8-entry ring in shared
+/// memory; lane 0 of warp 0 (the storer) takes it, stores it to dst[i], stores the counter and
+/// fences, as kLdAheadCopyCtr's thread does. out[0]: the storer's cycles for n turns.
+__global__ void probe_pair(unsigned int* p, unsigned long long* big, int n, unsigned long long* out) {
+    constexpr int kSlots = 8;
+    __shared__ unsigned long long vals[kSlots];
+    __shared__ int produced, consumed;
+    if (threadIdx.x == 0) produced = consumed = 0;
+    __syncthreads();
+    unsigned long long* dst = big;
+    const unsigned long long* src = big + kBigWords / 4;
+    const ulonglong2* ring = reinterpret_cast<const ulonglong2*>(big + kBigWords / 2);
+    volatile int* vp = &produced;
+    volatile int* vc = &consumed;
+    volatile unsigned long long* vv = vals;
+    if (threadIdx.x == 32) {  // the loader
+        for (int i = 0; i < n; ++i) {
+            while (i - *vc >= kSlots) {
+            }
+            const ulonglong2* nx = ring + size_t(i + 1) * 4;
+            const ulonglong2 u0 = nx[0], u1 = nx[1], u2 = nx[2];
+            vv[i % kSlots] = src[i] + (u0.x ^ u1.y ^ u2.x);
+            __threadfence_block();
+            *vp = i + 1;
+        }
+    } else if (threadIdx.x == 0) {  // the storer
+        const unsigned long long t0 = clock64();
+        for (int i = 0; i < n; ++i) {
+            while (*vp <= i) {
+            }
+            __threadfence_block();
+            dst[i] = vv[i % kSlots];
+            *vc = i + 1;
+            atom::store_relaxed(p + 16, unsigned(i));
+            atom::fence_release();
+        }
+        out[0] = clock64() - t0;
+        out[1] = 0;
+    }
+}
+
 const char* const kUsage =
     "usage: gv_probe_costs\n"
     "What single memory operations cost on the GPU: loads, atomics, fences and stores on\n"
@@ -101,10 +149,14 @@ int main(int argc, char** argv) {
             const int modes = op >= kFirstDrainOp ? 1 : 2;
             for (int m = 0; m < modes; ++m) {
                 unsigned int* p = m ? h.get() : d.get();
-                probe<<<1, 1>>>(p, big.get(), op, 50, out.get());
+                const auto launch = [&](int turns) {
+                    if (op == kPairLdAheadCopyCtr) probe_pair<<<1, 64>>>(p, big.get(), turns, out.get());
+                    else probe<<<1, 1>>>(p, big.get(), op, turns, out.get());
+                };
+                launch(50);
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaDeviceSynchronize());
-                probe<<<1, 1>>>(p, big.get(), op, n, out.get());
+                launch(n);
                 CUDA_CHECK(cudaGetLastError());
                 CUDA_CHECK(cudaDeviceSynchronize());
                 ns[m] = double(out.get()[0]) / n / (clk / 1e6);
