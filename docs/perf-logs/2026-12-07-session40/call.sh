@@ -6,8 +6,11 @@
 #                         is CI's), M's and WA's tools built meanwhile at low priority
 #   bash call.sh measure  WA's gv_probe_costs (its two-warp row), bench/compare.sh of M, A and WA
 #                         (two interleaved rounds), then A's suite with --two-process
+#   bash call.sh chunk    the tree is branch warp-chunk (C); main (chunk-to-main.diff applied) is
+#                         built beside it at low priority while the README's test command runs on
+#                         C; then bench/compare.sh of main and C, the cases runs of 8-64 B touch
 set -u
-MODE=${1:?usage: call.sh test|measure}
+MODE=${1:?usage: call.sh test|measure|chunk}
 ROOT=$(pwd)
 D=$ROOT/docs/perf-logs/2026-12-07-session40
 export PATH=/usr/local/cuda/bin:$PATH
@@ -36,6 +39,29 @@ if [ "$MODE" = test ]; then
   GV_SKIP_SANITIZERS=1 timeout 500 scripts/run_tests.sh > $OUT/run_tests.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
   grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*|^== " $OUT/run_tests.log | tail -40
   wait $bp
+  exit 0
+fi
+if [ "$MODE" = chunk ]; then
+  src main "$D/chunk-to-main.diff" '! grep -q "sh_len <= kFastChunk" include/gpuverbs/detail/soft/fast.cuh' || exit 1
+  ( tools main gv_write_bw gv_read_bw ) &
+  bp=$!
+  GV_SKIP_SANITIZERS=1 timeout 500 scripts/run_tests.sh > $OUT/run_tests-C.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
+  grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*Failed|all tests" $OUT/run_tests-C.log | tail -20
+  wait $bp
+  mkdir -p .devcarry/main .devcarry/c
+  cp build-mainsrc/b/tools/gv_write_bw build-mainsrc/b/tools/gv_read_bw .devcarry/main/ || exit 1
+  cp build/tools/gv_write_bw build/tools/gv_read_bw .devcarry/c/ || exit 1
+  cat > /tmp/cases.txt <<'C'
+gv_write_bw -s 64 -q 264 -t 512 -n 8192 --reps 3
+gv_write_bw -s 8 -q 264 -t 512 -n 8192 --reps 3
+gv_write_bw -s 64 -q 1 -t 64 -n 4096 --reps 3
+gv_write_bw -s 128 -q 66 -t 64 -n 4096 --reps 3
+gv_write_bw -s 8 -q 1 -t 64 -n 4096 --reps 3
+gv_write_bw -s 32 -q 66 -t 64 -n 4096 --reps 3
+gv_read_bw -s 64 -q 264 -t 512 -n 8192 --reps 3
+C
+  timeout $(( 590 - ($(date +%s) - t0) )) bash bench/compare.sh --out $OUT/cmp-chunk --reps 2 --cases /tmp/cases.txt main=.devcarry/main C=.devcarry/c 2>&1 | tail -10 | tee $OUT/cmp-chunk.txt
+  echo "compare done after $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 mkdir -p .devcarry/m .devcarry/a .devcarry/wa
