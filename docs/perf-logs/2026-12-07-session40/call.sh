@@ -9,8 +9,11 @@
 #   bash call.sh chunk    the tree is branch warp-chunk (C); main (chunk-to-main.diff applied) is
 #                         built beside it at low priority while the README's test command runs on
 #                         C; then bench/compare.sh of main and C, the cases runs of 8-64 B touch
+#                         (as run in session 40: the test command ran past the 500 s limit)
+#   bash call.sh chunk-test     the same in two calls: the README's test command on C alone
+#   bash call.sh chunk-measure  (the next call, machine still warm) main's tools, then the compare
 set -u
-MODE=${1:?usage: call.sh test|measure|chunk}
+MODE=${1:?usage: call.sh test|measure|chunk|chunk-test|chunk-measure}
 ROOT=$(pwd)
 D=$ROOT/docs/perf-logs/2026-12-07-session40
 export PATH=/usr/local/cuda/bin:$PATH
@@ -41,13 +44,23 @@ if [ "$MODE" = test ]; then
   wait $bp
   exit 0
 fi
-if [ "$MODE" = chunk ]; then
-  src main "$D/chunk-to-main.diff" '! grep -q "sh_len <= kFastChunk" include/gpuverbs/detail/soft/fast.cuh' || exit 1
-  ( tools main gv_write_bw gv_read_bw ) &
-  bp=$!
-  GV_SKIP_SANITIZERS=1 timeout 500 scripts/run_tests.sh > $OUT/run_tests-C.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
+if [ "$MODE" = chunk-test ]; then
+  GV_SKIP_SANITIZERS=1 timeout 580 scripts/run_tests.sh > $OUT/run_tests-C.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
   grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*Failed|all tests" $OUT/run_tests-C.log | tail -20
-  wait $bp
+  exit 0
+fi
+if [ "$MODE" = chunk ] || [ "$MODE" = chunk-measure ]; then
+  src main "$D/chunk-to-main.diff" '! grep -q "sh_len <= kFastChunk" include/gpuverbs/detail/soft/fast.cuh' || exit 1
+  if [ "$MODE" = chunk ]; then
+    ( tools main gv_write_bw gv_read_bw ) &
+    bp=$!
+    GV_SKIP_SANITIZERS=1 timeout 500 scripts/run_tests.sh > $OUT/run_tests-C.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
+    grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*Failed|all tests" $OUT/run_tests-C.log | tail -20
+    wait $bp
+  else
+    tools main gv_write_bw gv_read_bw
+    [ -x build/tools/gv_write_bw ] || cmake --build build -j16 --target gv_write_bw gv_read_bw > $OUT/build-c.log 2>&1
+  fi
   mkdir -p .devcarry/main .devcarry/c
   cp build-mainsrc/b/tools/gv_write_bw build-mainsrc/b/tools/gv_read_bw .devcarry/main/ || exit 1
   cp build/tools/gv_write_bw build/tools/gv_read_bw .devcarry/c/ || exit 1
