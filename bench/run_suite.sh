@@ -5,6 +5,7 @@
 # PNG plots (bench/plot.py). Takes under a minute on an H200 (29 s on 2026-12-06; the two-process half 7 s more).
 # --two-process: afterwards, also the two-process variant (bench/run_two_process.sh: a server
 # and a client process per case; OUT_DIR/results-two-process.jsonl, logs in OUT_DIR/two-process/).
+# Last, bench/targets.py prints where the run stands against the speed targets (OUT_DIR/targets.txt).
 set -uo pipefail
 TWO_PROCESS=0
 if [[ ${1:-} == --two-process ]]; then
@@ -61,5 +62,8 @@ if (( TWO_PROCESS )); then
     (( PIPESTATUS[0] == 0 )) || failed=$((failed + 1))
 fi
 python3 "$(dirname "$0")/plot.py" "$J" "$OUT" >> "$LOG" 2>&1 || echo "plotting failed (see $LOG)"
+# Where this run stands against the speed targets (docs/performance.md's table): targets.txt.
+python3 "$(dirname "$0")/targets.py" "$OUT" > "$OUT/targets.txt" 2>> "$LOG" && cat "$OUT/targets.txt" ||
+    echo "targets.py failed (see $LOG)"
 echo "results: $J ($(wc -l < "$J") measurements), plots in $OUT; $failed failed"
 (( failed == 0 ))
