@@ -12,8 +12,12 @@
 #                         (as run in session 40: the test command ran past the 500 s limit)
 #   bash call.sh chunk-test     the same in two calls: the README's test command on C alone
 #   bash call.sh chunk-measure  (the next call, machine still warm) main's tools, then the compare
+#   bash call.sh ncu      Nsight Compute on this tree's gv_write_bw (build/, built if missing): the
+#                         one-QP 8-byte case, the SASS source page with counts and stall samples
+#                         (.csv.xz), read by ../2026-12-07-session39/ncu_sass.py (top 40 and the
+#                         instructions executed about once per WQE or more)
 set -u
-MODE=${1:?usage: call.sh test|measure|chunk|chunk-test|chunk-measure}
+MODE=${1:?usage: call.sh test|measure|chunk|chunk-test|chunk-measure|ncu}
 ROOT=$(pwd)
 D=$ROOT/docs/perf-logs/2026-12-07-session40
 export PATH=/usr/local/cuda/bin:$PATH
@@ -42,6 +46,21 @@ if [ "$MODE" = test ]; then
   GV_SKIP_SANITIZERS=1 timeout 500 scripts/run_tests.sh > $OUT/run_tests.log 2>&1; echo "run_tests rc $? after $(( $(date +%s) - t0 )) s"
   grep -E "tests passed|tests failed|Total Test time|FAILED|\*\*\*|^== " $OUT/run_tests.log | tail -40
   wait $bp
+  exit 0
+fi
+if [ "$MODE" = ncu ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"
+  [ -x build/tools/gv_write_bw ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/cfg-ncu.log 2>&1;
+    cmake --build build -j16 --target gv_write_bw > $OUT/build-ncu.log 2>&1; }
+  timeout 300 $NCU --clock-control none --set full --import-source no -k regex:bw_kernel -c 1 -f -o /tmp/bw1q \
+    build/tools/gv_write_bw -s 8 -q 1 -t 64 -n 2048 > $OUT/ncu-run.txt 2>&1; echo "ncu rc $?"
+  $NCU -i /tmp/bw1q.ncu-rep --page source --csv --print-source sass > /tmp/bw1q-sass.csv 2>&1
+  xz -c /tmp/bw1q-sass.csv > $OUT/ncu-bw1q-sass.csv.xz
+  R=docs/perf-logs/2026-12-07-session39/ncu_sass.py
+  python3 $R /tmp/bw1q-sass.csv 2048 top 40 > $OUT/ncu-top.txt 2>&1
+  python3 $R /tmp/bw1q-sass.csv 2048 range 1900 100000 > $OUT/ncu-loop.txt 2>&1
+  head -45 $OUT/ncu-top.txt
   exit 0
 fi
 if [ "$MODE" = chunk-test ]; then
