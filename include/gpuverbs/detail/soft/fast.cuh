@@ -221,6 +221,19 @@ GV_HOST_DEVICE bool fast_same_shape(const FastWqe& w, unsigned long long ci, uin
            w.u[2].a == u2a;
 }
 
+/// A run of WQEs of one shape that fast_run leaves to the leader's warp (warp_run.cuh): the shape
+/// of the last WQE it checked, as it keeps it (ok: a run was handed over).
+struct WarpShape {
+    bool ok = false;
+    bool is_read = false;
+    uint32_t rkey = 0, len = 0, sys = 0;
+    uint64_t u0a = 0, u0b = 0, u2a = 0;
+};
+
+/// Same-shape WQEs published behind the one fast_run has just executed for it to hand them to the
+/// leader's warp (warp_run.cuh): fewer are not worth the group's barrier.
+inline constexpr uint32_t kWarpRunMin = 4;
+
 /// Executes the WQEs at sq_ci while they are of the common kind (above), and returns at the
 /// first that is not, or when none is left. The group's leader, holding the QP's lock, after
 /// next_published() found work. Returns true when it stopped at a SEND (for fast_send_run:
@@ -240,20 +253,10 @@ GV_HOST_DEVICE bool fast_same_shape(const FastWqe& w, unsigned long long ci, uin
 /// the loads in the middle of the direct path's round B), else none. sq_ci is stored
 /// before each WQE's fence rather than after its completion (finish()'s order): the direct path
 /// gives the QP back right after with no fence of its own, and in drains this order measured 7%
-/// more 8-byte WRITEs on one and 66 QPs (H100, session 32, build F).
-/// A run of WQEs of one shape that fast_run leaves to the leader's warp (warp_run.cuh): the shape
-/// of the last WQE it checked, as it keeps it (ok: a run was handed over).
-struct WarpShape {
-    bool ok = false;
-    bool is_read = false;
-    uint32_t rkey = 0, len = 0, sys = 0;
-    uint64_t u0a = 0, u0b = 0, u2a = 0;
-};
-
-/// Same-shape WQEs published behind the one fast_run has just executed for it to hand them to the
-/// leader's warp (warp_run.cuh): fewer are not worth the group's barrier.
-inline constexpr uint32_t kWarpRunMin = 4;
-
+/// more 8-byte WRITEs on one and 66 QPs (H100, session 32, build F). hand: where the draining
+/// group starts with a whole warp, fast_run stops before a run of at least kWarpRunMin WQEs of the
+/// shape it just checked and leaves that shape there (hand->ok) for drain() to give the run to the
+/// leader's warp (warp_run.cuh); else null.
 GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first = nullptr,
                              Preloaded pre = {}, FastFirst plan = {}, WarpShape* hand = nullptr) {
     // Whether the peer may be written (lc.peer_up) is known one load round after the state:
