@@ -409,8 +409,12 @@ GV_HOST_DEVICE bool fast_run(QpContext* q, LeaderCache& lc, const FastWqe* first
         // (drain(), warp_run.cuh): the lanes read and check them at once, one lane stores them.
         // Only when the next WQE has this shape (its units are here): after a WQE of another
         // shape, fast_run checks the next one and hands off from there, rather than the warp
-        // finding a run of none.
-        if (hand && shaped && pending >= kWarpRunMin && fast_same_shape(next, ci, sh_u0a, sh_u0b, sh_rkey, sh_u2a)) {
+        // finding a run of none. Only WQEs of at most kFastChunk bytes, whose sources the lanes
+        // load at once: a longer one's source lane 0 loads itself, as this loop does, with the
+        // warp's shuffles and barrier on top (64-byte WRITEs and READs over 264 QPs x 512: 1.5%
+        // more without them in runs, H100, session 40).
+        if (hand && shaped && sh_len <= kFastChunk && pending >= kWarpRunMin &&
+            fast_same_shape(next, ci, sh_u0a, sh_u0b, sh_rkey, sh_u2a)) {
             hand->ok = true;
             hand->is_read = sh_read;
             hand->rkey = sh_rkey;

@@ -26,7 +26,9 @@
 // of a WQE fast_run has just checked in full (opcode, QP, size, keys, length, access, regions,
 // the peer), its index the position's, both ranges within the cached regions (fast_bounds), and
 // for more than kFastChunk bytes no overlap. The run ends at the first WQE that is not such:
-// fast_run and prepare() take it in their turn, as always, errors included.
+// fast_run and prepare() take it in their turn, as always, errors included. fast_run hands over
+// runs of at most kFastChunk bytes per WQE only (the lanes hold that much of each source); with
+// longer ones lane 0 would load every source itself, after the previous WQE's fence.
 #pragma once
 
 #include <type_traits>
