@@ -101,7 +101,7 @@ __device__ __forceinline__ uint64_t max64(uint64_t v) {
 }
 }  // namespace warp_detail
 
-/// Executes the run of WQEs of shape a.s at a.ci (at most a.pending, at most 32): every lane of
+/// Executes the run of WQEs of shape a.s at a.ci (at most a.pending, 32 at a time): every lane of
 /// one whole warp calls it, converged, lane 0 being the leader that holds the QP (its a counts;
 /// the other lanes' a is not read). Inline: out of line, its arguments went through the stack
 /// and the 512-thread block-commit kernel's spills grew twice as much (ptxas, sm_90: 88 / 140
@@ -128,77 +128,87 @@ __device__ __forceinline__ WarpRunDone warp_run(WarpRunArgs a) {
     remote.length = from0(a.remote.length);
     remote.xlate = int64_t(from0(uint64_t(a.remote.xlate)));
 
-    // Lane i: the WQE at ci + i, fast_run's lean checks.
-    const uint32_t n = pending < 32 ? pending : 32;
-    bool ok = false, sig = false;
-    uint64_t dst = 0, src = 0;
-    if (lane < n) {
-        const unsigned long long c = ci + lane;
-        const FastWqe w = ring.load(c);
-        if (fast_same_shape(w, c, u0a, u0b, rkey, u2a)) {
-            const uint64_t la = fast_bounds(local, mlx5::from_be64(w.u[2].b), len);
-            const uint64_t ra = fast_bounds(remote, mlx5::from_be64(w.u[1].a), len);
-            ok = la && ra && (len <= kFastChunk || !fast_overlap(la, ra, len));
-            sig = (w.u[0].b & kFastSignalBit) != 0;
-            dst = is_read ? la : ra;
-            src = is_read ? ra : la;
-        }
-    }
-    // The run: the WQEs up to the first that is not of the shape.
-    const unsigned bad = ~__ballot_sync(kAll, ok);
-    const uint32_t k = bad ? uint32_t(__ffs(bad)) - 1 : 32u;
-    const bool in = lane < k;
-    // The span of the run's destinations; a source outside it is loaded now.
-    const uint64_t dlo = min64(in ? dst : ~0ull);
-    const uint64_t dhi = max64(in ? dst + len : 0ull);
-    const bool pre = in && ((dst | src | len) & 7) == 0 && len <= kFastChunk && (src + len <= dlo || src >= dhi);
-    uint64_t v[kFastChunk / 8] = {};
-    load_words_if(v, src, pre ? uint32_t(len / 8) : 0u);
-
-    // In ring order: WQE j's bytes, sq_ci, the release fence, its CQE when signaled. Lane j stores
-    // the bytes it loaded, from its own registers (no shuffle to lane 0 on the way); lane 0
-    // stores those of a WQE whose source it loads now (not preloaded: see above), and sq_ci and
-    // the CQE. Then the warp syncs and every lane fences: __syncwarp orders lane j's stores
-    // before whatever any lane does after it, so every lane's fence, lane j+1's included, comes
-    // after WQE j's bytes and orders them before that lane's later stores (a fence orders what
-    // came before it in its thread or reached it through a synchronization: PTX's cumulativity).
-    // So WQE j's bytes are visible before its CQE and before any byte of WQE j+1, as fast_run's
-    // one thread orders them with its fence. One warp-wide MEMBAR a WQE, as before.
     const uint32_t words = uint32_t(len / 8);
     const uint32_t sys = from0(a.s.sys);
     const uint32_t scope = a.scope;  // lane 0's, read by lane 0 only
-    const unsigned premask = __ballot_sync(kAll, pre);
-    const unsigned sigmask = __ballot_sync(kAll, in && sig);
     WarpRunDone done{0, false};
-    for (uint32_t j = 0; j < k; ++j) {
-        if ((premask >> j) & 1u) {  // warp-uniform
-            if (lane == j) {
-                auto* d = reinterpret_cast<uint64_t*>(dst);
+    // Chunks of 32 WQEs (one a lane) for as long as the last one was whole and WQEs are pending:
+    // the warp goes on without handing the QP back (each hand-back cost fast_run's WQE and a
+    // barrier of the group per 32).
+    for (;;) {
+        // Lane i: the WQE at ci + i, fast_run's lean checks.
+        const uint32_t n = pending - done.n < 32 ? pending - done.n : 32;
+        bool ok = false, sig = false;
+        uint64_t dst = 0, src = 0;
+        if (lane < n) {
+            const unsigned long long c = ci + done.n + lane;
+            const FastWqe w = ring.load(c);
+            if (fast_same_shape(w, c, u0a, u0b, rkey, u2a)) {
+                const uint64_t la = fast_bounds(local, mlx5::from_be64(w.u[2].b), len);
+                const uint64_t ra = fast_bounds(remote, mlx5::from_be64(w.u[1].a), len);
+                ok = la && ra && (len <= kFastChunk || !fast_overlap(la, ra, len));
+                sig = (w.u[0].b & kFastSignalBit) != 0;
+                dst = is_read ? la : ra;
+                src = is_read ? ra : la;
+            }
+        }
+        // The run: the WQEs up to the first that is not of the shape.
+        const unsigned bad = ~__ballot_sync(kAll, ok);
+        const uint32_t k = bad ? uint32_t(__ffs(bad)) - 1 : 32u;
+        const bool in = lane < k;
+        // The span of the run's destinations; a source outside it is loaded now.
+        const uint64_t dlo = min64(in ? dst : ~0ull);
+        const uint64_t dhi = max64(in ? dst + len : 0ull);
+        const bool pre =
+            in && ((dst | src | len) & 7) == 0 && len <= kFastChunk && (src + len <= dlo || src >= dhi);
+        uint64_t v[kFastChunk / 8] = {};
+        load_words_if(v, src, pre ? uint32_t(len / 8) : 0u);
+
+        // In ring order: WQE j's bytes, sq_ci, the release fence, its CQE when signaled. Lane j stores the
+        // bytes it loaded, from its own registers (no shuffle to lane 0 on the way); lane 0 stores those of a
+        // WQE whose source it loads now (not preloaded: see above), and sq_ci and the CQE. Then the warp
+        // syncs and every lane fences: __syncwarp orders lane j's stores before whatever any lane does after
+        // it, so every lane's fence, lane j+1's included, comes after WQE j's bytes and orders them before
+        // that lane's later stores (a fence orders what came before it in its thread or reached it through a
+        // synchronization: PTX's cumulativity). So WQE j's bytes are visible before its CQE and before any
+        // byte of WQE j+1, as fast_run's one thread orders them with its fence. One warp-wide MEMBAR a WQE,
+        // as before.
+        const unsigned premask = __ballot_sync(kAll, pre);
+        const unsigned sigmask = __ballot_sync(kAll, in && sig);
+        for (uint32_t j = 0; j < k; ++j) {
+            if ((premask >> j) & 1u) {  // warp-uniform
+                if (lane == j) {
+                    auto* d = reinterpret_cast<uint64_t*>(dst);
 #pragma unroll
-                for (uint32_t i = 0; i < kFastChunk / 8; ++i)
-                    if (i < words) d[i] = v[i];
+                    for (uint32_t i = 0; i < kFastChunk / 8; ++i)
+                        if (i < words) d[i] = v[i];
+                }
+            } else {
+                const uint64_t d = __shfl_sync(kAll, (unsigned long long)dst, j);
+                const uint64_t s = __shfl_sync(kAll, (unsigned long long)src, j);
+                if (lane == 0) fast_copy(d, s, len);
             }
-        } else {
-            const uint64_t d = __shfl_sync(kAll, (unsigned long long)dst, j);
-            const uint64_t s = __shfl_sync(kAll, (unsigned long long)src, j);
-            if (lane == 0) fast_copy(d, s, len);
-        }
-        if (lane == 0) atom::store_relaxed(&a.q->sq_ci, ci + j + 1, scope != kScopeGpu);
-        __syncwarp(kAll);
-        atom::fence_release(sys != 0);
-        ++done.n;
-        if ((sigmask >> j) & 1u) {  // warp-uniform
-            if (lane == 0) {
-                mlx5::CqeFields f{};
-                f.qpn = a.qpn;
-                f.wqe_counter = uint16_t(ci + j);
-                f.wqe_opcode = is_read ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE;
-                f.cqe_opcode = MLX5_CQE_REQ;
-                f.byte_cnt = uint32_t(len);
-                done.lost = !cq_push(a.scq, f);
+            if (lane == 0) atom::store_relaxed(&a.q->sq_ci, ci + done.n + 1, scope != kScopeGpu);
+            __syncwarp(kAll);
+            atom::fence_release(sys != 0);
+            if ((sigmask >> j) & 1u) {  // warp-uniform
+                if (lane == 0) {
+                    mlx5::CqeFields f{};
+                    f.qpn = a.qpn;
+                    f.wqe_counter = uint16_t(ci + done.n);
+                    f.wqe_opcode = is_read ? MLX5_OPCODE_RDMA_READ : MLX5_OPCODE_RDMA_WRITE;
+                    f.cqe_opcode = MLX5_CQE_REQ;
+                    f.byte_cnt = uint32_t(len);
+                    done.lost = !cq_push(a.scq, f);
+                }
+                if (__shfl_sync(kAll, uint32_t(done.lost), 0)) {
+                    ++done.n;
+                    return done;
+                }
             }
-            if (__shfl_sync(kAll, uint32_t(done.lost), 0)) break;
+            ++done.n;
         }
+        if (k < 32 || done.n >= pending) break;
     }
     return done;
 }
