@@ -3,10 +3,16 @@
 # to kFastChunk bytes per WQE).
 #   bash call.sh test   the README's test command (GV_SKIP_SANITIZERS=1: the sanitizer tree is CI's),
 #                       then the README's first command (scripts/run_demo.sh: gv_demo's GPU main job)
+#   bash call.sh measure  the tree is B (branch lane-chunks: lane i stores WQE i's bytes, chunks of 32);
+#                       A (lane-store: the lane stores alone) and M (main) built beside it from
+#                       B-to-A.diff and B-to-M.diff; B's warp-run and ordering GPU tests; then
+#                       bench/compare.sh of M, A and B, two interleaved rounds
 #   bash call.sh ncu    (next call, machine warm) Nsight Compute on build/'s gv_write_bw, the one-QP
 #                       8-byte case: SASS samples (.csv.xz), read by ../2026-12-07-session39/ncu_sass.py
 set -u
-MODE=${1:?usage: call.sh test|ncu}
+MODE=${1:?usage: call.sh test|measure|ncu}
+ROOT=$(pwd)
+D=$ROOT/docs/perf-logs/2026-12-07-session41
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
@@ -18,6 +24,47 @@ if [ "$MODE" = test ]; then
   timeout $(( 590 - ($(date +%s) - t0) )) scripts/run_demo.sh > $OUT/run_demo.log 2>&1; echo "run_demo rc $? after $(( $(date +%s) - t0 )) s"
   tail -25 $OUT/run_demo.log
   xz -k $OUT/run_tests.log
+  exit 0
+fi
+src() {  # NAME PATCH: a copy of this tree with PATCH applied
+  rm -rf build-$1src && mkdir build-$1src
+  tar cf - --exclude='./build*' --exclude=./.devcarry . | tar xf - -C build-$1src
+  (cd build-$1src && GIT_CEILING_DIRECTORIES="$ROOT" git apply "$2") || { echo "patch $2 failed for $1"; return 1; }
+}
+tools() {  # NAME TARGETS...: configure and build in build-NAMEsrc/b
+  local n=$1; shift
+  cmake -S build-${n}src -B build-${n}src/b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/cfg-$n.log 2>&1
+  cmake --build build-${n}src/b -j8 --target "$@" > $OUT/build-$n.log 2>&1
+  echo "$n tools: rc $? after $(( $(date +%s) - t0 )) s"
+}
+if [ "$MODE" = measure ]; then
+  scripts/setup.sh > $OUT/setup.log 2>&1; echo "setup rc $?"
+  src m $D/B-to-M.diff || exit 1
+  src a $D/B-to-A.diff || exit 1
+  ( cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/cfg-b.log 2>&1
+    cmake --build build -j10 --target gv_write_bw gv_read_bw gv_gpu_tests > $OUT/build-b.log 2>&1; echo "b: rc $? after $(( $(date +%s) - t0 )) s" ) &
+  tools m gv_write_bw gv_read_bw &
+  tools a gv_write_bw gv_read_bw &
+  wait
+  timeout 120 build/tests/gv_gpu_tests --gtest_filter='GpuWarpRun.*:GpuProperties.RcOrdering*:GpuPlanAhead.*:GpuDataPath.ManyBlocks*' > $OUT/b-tests.txt 2>&1
+  echo "b tests rc $?"; grep -E "PASSED|FAILED|tests ran" $OUT/b-tests.txt | tail -8
+  mkdir -p .devcarry/m .devcarry/a .devcarry/b
+  cp build-msrc/b/tools/gv_write_bw build-msrc/b/tools/gv_read_bw .devcarry/m/ || exit 1
+  cp build-asrc/b/tools/gv_write_bw build-asrc/b/tools/gv_read_bw .devcarry/a/ || exit 1
+  cp build/tools/gv_write_bw build/tools/gv_read_bw .devcarry/b/ || exit 1
+  cat > /tmp/cases.txt <<'C'
+gv_write_bw -s 8 -q 1 -t 64 -n 4096 --reps 3
+gv_write_bw -s 32 -q 1 -t 256 -n 4096 --reps 3
+gv_read_bw -s 8 -q 1 -t 64 -n 4096 --reps 3
+gv_write_bw -s 8 -q 66 -t 64 -n 4096 --reps 3
+gv_write_bw -s 8 -q 264 -t 64 -n 4096 --reps 3
+gv_write_bw -s 8 -q 264 -t 512 -n 8192 --reps 3
+gv_write_bw -s 64 -q 264 -t 512 -n 8192 --reps 3
+gv_write_bw -s 4096 -q 264 -t 512 -n 64 --reps 3
+C
+  timeout $(( 590 - ($(date +%s) - t0) )) bash bench/compare.sh --out $OUT/cmp --reps 2 --cases /tmp/cases.txt M=.devcarry/m A=.devcarry/a B=.devcarry/b 2>&1 | tail -12
+  (cd $OUT/cmp && tar cJf ../cmp.tar.xz . ) && rm -rf $OUT/cmp
+  echo "compare done after $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 if [ "$MODE" = ncu ]; then
