@@ -1,8 +1,7 @@
 // A run of same-shape small WRITEs or READs executed by a whole warp: the lanes read and check
 // up to 32 WQEs at once and load their sources, then store them in ring order, one WQE and one
-// fence at a time. For drain()
-// in exec.cuh, where the draining group starts with a whole warp. Part of the software device's
-// executor (gpuverbs/detail/soft/exec.cuh).
+// fence at a time. For drain() in exec.cuh, where the draining group starts with a whole warp.
+// Part of the software device's executor (gpuverbs/detail/soft/exec.cuh).
 //
 // Why. One thread executes a QP's WQEs (fast_run), about 1.1 us each in a long drain of 8-byte
 // WRITEs (H100, `gv_probe_path --batch 256`), of which the release fence that RC ordering needs
@@ -161,8 +160,9 @@ __device__ __forceinline__ WarpRunDone warp_run(WarpRunArgs a) {
         const uint64_t dhi = max64(in ? dst + len : 0ull);
         const bool pre =
             in && ((dst | src | len) & 7) == 0 && len <= kFastChunk && (src + len <= dlo || src >= dhi);
-        uint64_t v[kFastChunk / 8] = {};
-        load_words_if(v, src, pre ? uint32_t(len / 8) : 0u);
+        Preloaded mine;  // this lane's WQE's source, when pre
+        mine.n = words;
+        load_words_if(mine.v, src, pre ? words : 0u);
 
         // In ring order: WQE j's bytes, sq_ci, the release fence, its CQE when signaled. Lane j stores the
         // bytes it loaded, from its own registers (no shuffle to lane 0 on the way); lane 0 stores those of a
@@ -177,12 +177,7 @@ __device__ __forceinline__ WarpRunDone warp_run(WarpRunArgs a) {
         const unsigned sigmask = __ballot_sync(kAll, in && sig);
         for (uint32_t j = 0; j < k; ++j) {
             if ((premask >> j) & 1u) {  // warp-uniform
-                if (lane == j) {
-                    auto* d = reinterpret_cast<uint64_t*>(dst);
-#pragma unroll
-                    for (uint32_t i = 0; i < kFastChunk / 8; ++i)
-                        if (i < words) d[i] = v[i];
-                }
+                if (lane == j) store_preloaded(dst, mine);
             } else {
                 const uint64_t d = __shfl_sync(kAll, (unsigned long long)dst, j);
                 const uint64_t s = __shfl_sync(kAll, (unsigned long long)src, j);
