@@ -47,6 +47,15 @@ rxe_hosts_up() {
     rxe_gid_ready rxe_a 1 && rxe_gid_ready rxe_b 2 ||
         { echo "rxe_hosts: the IPv4 GIDs of rxe_a/rxe_b did not appear within 10 s" >&2; return 1; }
     echo "rxe_hosts: rxe_a on gvh0 (10.1.0.1), rxe_b on gvh1 (10.1.0.2)"
+
+    # GV_RXE_NETEM="delay 1ms limit 40" (netem's options): that qdisc on both ends, to make the
+    # wire slow, lossy or, with a short queue, drop packets on their way out (docs/verbs.md).
+    if [ -n "${GV_RXE_NETEM:-}" ]; then
+        # shellcheck disable=SC2086  # the options are words
+        rxe_step tc qdisc add dev gvh0 root netem $GV_RXE_NETEM &&
+            rxe_step tc qdisc add dev gvh1 root netem $GV_RXE_NETEM || return 1
+        echo "rxe_hosts: netem $GV_RXE_NETEM on gvh0 and gvh1"
+    fi
 }
 
 # rxe_gid_ready DEV N: DEV lists the IPv4-mapped GID of 10.1.0.N.
