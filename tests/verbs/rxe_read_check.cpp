@@ -204,8 +204,8 @@ int main(int argc, char** argv) {
                     std::printf("round %u, %s: %s completed with %s\n", r, sides[k].name, what,
                                 ibv_wc_status_str(wc.status));
                     failed = true;
-                } else if (wc.wr_id == kReadDst && !check("its READ", sides[k], sides[k].buf(kReadDst, size),
-                                                          size, r, uint32_t(2 + (1 - k)))) {
+                } else if (wc.wr_id == kReadDst && !check(what, sides[k], sides[k].buf(kReadDst, size), size,
+                                                          r, uint32_t(2 + (1 - k)))) {
                     ++wrong;
                 }
             }
