@@ -78,7 +78,7 @@ fail() {
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # start NAME ARGS...: runs the sample in the background; its output goes to NAME.out, its
-# pid to NAME.pid and, once it exits, its exit status to NAME.rc.
+# pid to NAME.pid and, once it exits, its exit status to NAME.rc (both appear whole, by rename).
 start() {
     local name=$1
     shift
@@ -102,7 +102,9 @@ start_cmd() {
      echo $! >"$tmp/$name.pid.tmp"
      mv "$tmp/$name.pid.tmp" "$tmp/$name.pid"
      wait $!
-     echo $? >"$tmp/$name.rc") 2>/dev/null &  # (no "Killed" notice from this shell)
+     # Written whole, then renamed: a reader that sees NAME.rc must never find it empty.
+     echo $? >"$tmp/$name.rc.tmp"
+     mv "$tmp/$name.rc.tmp" "$tmp/$name.rc") 2>/dev/null &  # (no "Killed" notice from this shell)
     local t=0
     until [ -f "$tmp/$name.pid" ]; do
         sleep 0.01
